@@ -1,0 +1,156 @@
+"""What both decoders share: the result record, stop conditions, a cached forward, a clock."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclass
+class GenerationResult:
+    """New tokens of one generation plus everything needed to time and explain it."""
+
+    tokens: list[int]  # new token ids, stop included, nothing past it
+    wall_s: float  # whole call, prefill included, device synchronised
+    target_calls: int
+    draft_calls: int = 0
+    draft_s: float = 0.0  # draft forwards + draft sampling
+    target_s: float = 0.0  # target forwards
+    overhead_s: float = 0.0  # logits -> probs, verify, cache rollback, stop checks
+    accepted: list[int] = field(default_factory=list)  # per iteration: drafts accepted
+    proposed: list[int] = field(default_factory=list)  # per iteration: drafts proposed (K)
+    expected_acceptance: list[float] = field(default_factory=list)  # per tested position: beta
+    stopped_by: str = "length"  # "length", "eos" or "stop_string"
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1e3 * self.wall_s / max(self.num_tokens, 1)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / proposed draft tokens (NaN for the autoregressive baseline)."""
+        total = sum(self.proposed)
+        return sum(self.accepted) / total if total else float("nan")
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return self.num_tokens / max(self.target_calls, 1)
+
+    @property
+    def mean_expected_acceptance(self) -> float:
+        """Mean beta over tested draft positions: a low-variance estimate of alpha."""
+        beta = self.expected_acceptance
+        return sum(beta) / len(beta) if beta else float("nan")
+
+
+@dataclass(frozen=True)
+class StopCondition:
+    """EOS ids and stop strings; a generation ends on the token that completes either."""
+
+    eos_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    tokenizer: Any = None  # needed only with stop_strings
+
+    def __post_init__(self) -> None:
+        if self.stop_strings and self.tokenizer is None:
+            raise ValueError("stop_strings need a tokenizer to decode the generated text")
+        if any(not s for s in self.stop_strings):
+            raise ValueError("stop strings must be non-empty")
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, stop_strings: Sequence[str] = ()) -> StopCondition:
+        eos = tokenizer.eos_token_id
+        eos_ids = tuple(eos) if isinstance(eos, list | tuple) else (() if eos is None else (eos,))
+        return cls(eos_ids, tuple(stop_strings), tokenizer)
+
+    def find(self, tokens: list[int], start: int) -> tuple[int, str] | None:
+        """First stop among tokens[start:], as (length to keep, reason), or None."""
+        for i in range(start, len(tokens)):
+            if tokens[i] in self.eos_token_ids:
+                return i + 1, "eos"
+            if self.stop_strings and self._completes_stop_string(tokens, i + 1):
+                return i + 1, "stop_string"
+        return None
+
+    def _completes_stop_string(self, tokens: list[int], end: int) -> bool:
+        # Tokens are >= 1 byte, so a stop string of n chars spans at most n + 4 tokens.
+        window = max(len(s) for s in self.stop_strings) + 4
+        text = self.tokenizer.decode(tokens[max(0, end - window) : end])
+        return any(s in text for s in self.stop_strings)
+
+
+class CachedLM:
+    """A causal LM with its own DynamicCache: feed new tokens, get last-position logits."""
+
+    def __init__(self, model: torch.nn.Module, vocab_size: int | None = None) -> None:
+        self.model = model
+        self.vocab_size = vocab_size
+        self.cache = DynamicCache(config=model.config)
+        params = inspect.signature(model.forward).parameters
+        # transformers >= 5.2x renamed past_key_values -> cache; accept both.
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._keep_kw = "logits_to_keep" in params
+        self.calls = 0
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """(B, T) new ids -> (B, keep, V) logits of the last `keep` positions."""
+        kwargs = {self._cache_kw: self.cache, "use_cache": True}
+        if self._keep_kw:
+            kwargs["logits_to_keep"] = keep
+        logits = self.model(input_ids=input_ids, **kwargs).logits[:, -keep:]
+        self.calls += 1
+        return logits if self.vocab_size is None else logits[..., : self.vocab_size]
+
+    def rollback(self, n_tokens: int) -> None:
+        """Forget the last n_tokens cached positions."""
+        if n_tokens > 0:
+            self.cache.crop(-n_tokens)
+
+
+class Clock:
+    """Splits wall time into named buckets; synchronises CUDA before every reading."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.buckets: dict[str, float] = {}
+        self._sync()
+        self.start = self._last = time.perf_counter()
+
+    def lap(self, bucket: str) -> None:
+        self._sync()
+        now = time.perf_counter()
+        self.buckets[bucket] = self.buckets.get(bucket, 0.0) + now - self._last
+        self._last = now
+
+    def total(self) -> float:
+        return self._last - self.start
+
+
+def check_inputs(input_ids: torch.Tensor, max_new_tokens: int) -> None:
+    """Batch-1 prompt of at least one token, and a positive budget."""
+    if input_ids.ndim != 2 or input_ids.shape[0] != 1:
+        raise ValueError(
+            f"input_ids must have shape (1, T) (batch 1), got {tuple(input_ids.shape)}"
+        )
+    if input_ids.shape[1] < 1:
+        raise ValueError("the prompt is empty: give at least one token (e.g. BOS)")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device

@@ -1,0 +1,108 @@
+"""Speculative sampling (Chen et al. 2023): draft K, score K+1 in one target call, verify."""
+
+from __future__ import annotations
+
+import torch
+
+from ..sampling import SamplingParams, expected_acceptance, logits_to_probs, next_token, verify
+from .common import CachedLM, Clock, GenerationResult, StopCondition, check_inputs, model_device
+
+
+def pair_vocab_size(target: torch.nn.Module, draft: torch.nn.Module, vocab_size: int | None) -> int:
+    """The shared vocabulary width both models' logits are cut to; raises on a mismatch."""
+    widths = {
+        "target": target.get_output_embeddings().weight.shape[0],
+        "draft": draft.get_output_embeddings().weight.shape[0],
+    }
+    if vocab_size is None:
+        if widths["target"] != widths["draft"]:
+            raise ValueError(
+                f"target and draft lm_heads differ in width ({widths}); pass "
+                "vocab_size=len(tokenizer) to compare them on the shared token ids"
+            )
+        return widths["target"]
+    if vocab_size > min(widths.values()):
+        raise ValueError(f"vocab_size={vocab_size} exceeds an lm_head width {widths}")
+    return vocab_size
+
+
+def _draft_block(
+    draft: CachedLM, ids: torch.Tensor, n: int, k: int, sampling: SamplingParams, generator
+) -> torch.Tensor:
+    """Writes K draft tokens into ids[:, n:n+K]; returns their draft_probs (1, K, V)."""
+    device = model_device(draft.model)
+    probs = []
+    pending = ids[:, draft.length : n]  # (1, P): prompt, 1 token, or 2 after a full accept
+    for i in range(k):
+        logits = draft.forward(pending.to(device), keep=1)[:, -1]  # (1, V)
+        probs.append(logits_to_probs(logits, sampling).to(ids.device))
+        ids[:, n + i] = next_token(probs[-1], sampling, generator)
+        pending = ids[:, n + i : n + i + 1]
+    if not probs:
+        return torch.empty(1, 0, draft.vocab_size, device=ids.device)
+    return torch.stack(probs, dim=1)
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target: torch.nn.Module,
+    draft: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    k: int,
+    max_new_tokens: int,
+    sampling: SamplingParams,
+    generator: torch.Generator | None,
+    stop: StopCondition | None = None,
+    vocab_size: int | None = None,
+) -> GenerationResult:
+    """Sample up to max_new_tokens after input_ids (1, T); exactly the target's distribution.
+
+    Both models keep a KV cache of every token but the last emitted one. Each iteration the
+    draft proposes K tokens, the target scores [last, x_1..x_K] in one call (K+1 positions),
+    `verify` accepts n of them and draws one more, and both caches are cropped back to the
+    accepted prefix. The prompt is prefilled inside the first draft and target calls.
+    """
+    check_inputs(input_ids, max_new_tokens)
+    if k < 1:
+        raise ValueError(f"k (draft tokens per iteration) must be >= 1, got {k}")
+    vocab = pair_vocab_size(target, draft, vocab_size)
+    device = model_device(target)
+    tlm, dlm = CachedLM(target, vocab), CachedLM(draft, vocab)
+    clock = Clock(device)
+    prompt_len = input_ids.shape[1]
+    ids = torch.empty(1, prompt_len + max_new_tokens + k, dtype=torch.long, device=device)
+    ids[:, :prompt_len] = input_ids
+    n = prompt_len  # ids[:, :n] is the sequence so far
+    result = GenerationResult(tokens=[], wall_s=0.0, target_calls=0)
+    while n - prompt_len < max_new_tokens:
+        k_now = min(k, max_new_tokens - (n - prompt_len) - 1)  # never draft past the budget
+        draft_probs = _draft_block(dlm, ids, n, k_now, sampling, generator)  # (1, K, V)
+        clock.lap("draft")
+        logits = tlm.forward(ids[:, tlm.length : n + k_now], keep=k_now + 1)  # (1, K+1, V)
+        clock.lap("target")
+        target_probs = logits_to_probs(logits, sampling)  # (1, K+1, V)
+        n_acc, next_id = verify(ids[:, n : n + k_now], draft_probs, target_probs, generator)
+        accepted = int(n_acc)  # the one host sync of the iteration
+        ids[:, n + accepted] = next_id
+        beta = expected_acceptance(target_probs[:, :k_now], draft_probs)[0, : accepted + 1]
+        result.accepted.append(accepted)
+        result.proposed.append(k_now)
+        result.expected_acceptance.extend(beta.tolist())
+        new = ids[0, n : n + accepted + 1].tolist()
+        n += accepted + 1
+        tlm.rollback(tlm.length - (n - 1))  # keep all but the newest token
+        dlm.rollback(dlm.length - (n - 1))
+        result.tokens.extend(new)
+        hit = stop.find(result.tokens, len(result.tokens) - len(new)) if stop else None
+        clock.lap("overhead")
+        if hit:
+            del result.tokens[hit[0] :]
+            result.stopped_by = hit[1]
+            break
+    result.wall_s = clock.total()
+    result.target_calls, result.draft_calls = tlm.calls, dlm.calls
+    result.draft_s = clock.buckets.get("draft", 0.0)
+    result.target_s = clock.buckets.get("target", 0.0)
+    result.overhead_s = clock.buckets.get("overhead", 0.0)
+    return result
