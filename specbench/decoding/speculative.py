@@ -9,21 +9,24 @@ from .common import CachedLM, Clock, GenerationResult, StopCondition, check_inpu
 
 
 def pair_vocab_size(target: torch.nn.Module, draft: torch.nn.Module, vocab_size: int | None) -> int:
-    """The shared vocabulary width both models' logits are cut to; raises on a mismatch."""
+    """The shared vocabulary width both models' logits are cut to; raises on a mismatch.
+
+    vocab_size is the tokenizer's size: padded lm_heads are cut to it, and ids a tokenizer has
+    beyond both heads (added tokens no model can emit) are dropped.
+    """
     widths = {
         "target": target.get_output_embeddings().weight.shape[0],
         "draft": draft.get_output_embeddings().weight.shape[0],
     }
-    if vocab_size is None:
-        if widths["target"] != widths["draft"]:
-            raise ValueError(
-                f"target and draft lm_heads differ in width ({widths}); pass "
-                "vocab_size=len(tokenizer) to compare them on the shared token ids"
-            )
-        return widths["target"]
-    if vocab_size > min(widths.values()):
-        raise ValueError(f"vocab_size={vocab_size} exceeds an lm_head width {widths}")
-    return vocab_size
+    if vocab_size is None and widths["target"] != widths["draft"]:
+        raise ValueError(
+            f"target and draft lm_heads differ in width ({widths}); pass "
+            "vocab_size=len(tokenizer) to compare them on the shared token ids"
+        )
+    uneven = widths["target"] != widths["draft"]
+    if uneven and vocab_size is not None and vocab_size > min(widths.values()):
+        raise ValueError(f"vocab_size={vocab_size} exceeds the narrower lm_head {widths}")
+    return min(vocab_size or widths["target"], *widths.values())
 
 
 def _draft_block(

@@ -1,0 +1,175 @@
+"""Typed config schemas, registered in Hydra's ConfigStore; validated without side effects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from .sampling import SamplingParams
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration: reported as one line, before any heavy work."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+MODEL_LOADERS = ("tiny", "hf")
+DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda", "mps")
+DECODERS = ("autoregressive", "speculative")
+TRACKING_MODES = ("disabled", "offline", "online")
+
+
+@dataclass
+class TinySpec:
+    """Shape of a random model built in-process; noise > 0 perturbs the `seed` model's weights."""
+
+    family: str = "qwen2"
+    layers: int = 2
+    hidden: int = 32
+    seed: int = 1
+    std: float = 0.5
+    noise: float = 0.0
+
+
+@dataclass
+class ModelConfig:
+    """One checkpoint: a hub id or local path (loader=hf), or a tiny random model (loader=tiny)."""
+
+    name: str = MISSING
+    loader: str = "hf"
+    source: str = ""  # hub id or local directory for loader=hf
+    revision: str = "main"
+    tokenizer: str = ""  # defaults to source
+    tiny: TinySpec = field(default_factory=TinySpec)
+
+    def __post_init__(self) -> None:
+        _require(
+            self.loader in MODEL_LOADERS,
+            f"model {self.name!r}: loader must be one of {MODEL_LOADERS}, got {self.loader!r}",
+        )
+        _require(
+            self.loader != "hf" or bool(self.source),
+            f"model {self.name!r}: loader=hf needs a source (hub id or local path)",
+        )
+
+
+@dataclass
+class BackendConfig:
+    """Where and how models run: device, dtype, attention kernel, compile, placement."""
+
+    name: str = "cpu"
+    device: str = "cpu"
+    dtype: str = "float32"
+    attn_implementation: str = "sdpa"
+    compile: bool = False
+    device_map: str | None = None  # e.g. "auto" to spread a large target over GPUs
+    num_threads: int | None = None  # torch intra-op threads on CPU; None keeps torch's choice
+
+    def __post_init__(self) -> None:
+        _require(self.device in DEVICES, f"backend.device must be one of {DEVICES}")
+        _require(self.dtype in DTYPES, f"backend.dtype must be one of {DTYPES}, got {self.dtype}")
+        _require(
+            self.num_threads is None or self.num_threads >= 1, "backend.num_threads must be >= 1"
+        )
+
+
+@dataclass
+class DecoderConfig:
+    """The method under test; the autoregressive baseline is timed beside it on every prompt."""
+
+    name: str = "speculative"
+    k: int = 4  # draft tokens per iteration
+
+    def __post_init__(self) -> None:
+        _require(self.name in DECODERS, f"decoder must be one of {DECODERS}, got {self.name!r}")
+        _require(self.k >= 1, f"decoder.k must be >= 1 (draft tokens per iteration), got {self.k}")
+
+
+@dataclass
+class SamplingConfig:
+    """Temperature / top-k / top-p, applied to both models before the acceptance test."""
+
+    name: str = "t1"
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        try:
+            self.params()
+        except ValueError as err:
+            raise ConfigError(f"sampling: {err}") from None
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p)
+
+
+@dataclass
+class TaskConfig:
+    """Where prompts come from and how a completion ends."""
+
+    name: str = "toy"
+    loader: str = "inline"
+    prompts: list[str] = field(default_factory=list)  # for loader=inline
+    stop_strings: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)  # loader-specific
+
+
+@dataclass
+class BenchConfig:
+    """How much to measure: warm-up, repeats, prompts, tokens, seed."""
+
+    warmup: int = 1  # untimed runs of each method before measuring
+    repeats: int = 1
+    num_prompts: int = 4
+    max_new_tokens: int = 64
+    seed: int = 0
+    baseline: bool = True  # time the autoregressive baseline beside the decoder
+
+    def __post_init__(self) -> None:
+        _require(self.warmup >= 0, "bench.warmup must be >= 0")
+        _require(self.repeats >= 1, "bench.repeats must be >= 1")
+        _require(self.num_prompts >= 1, "bench.num_prompts must be >= 1")
+        _require(self.max_new_tokens >= 1, "bench.max_new_tokens must be >= 1")
+
+
+@dataclass
+class TrackingConfig:
+    """Experiment tracking with wandb; disabled by default."""
+
+    mode: str = "disabled"
+    project: str = "specbench"
+
+    def __post_init__(self) -> None:
+        _require(self.mode in TRACKING_MODES, f"tracking.mode must be one of {TRACKING_MODES}")
+
+
+@dataclass
+class SpecBenchConfig:
+    """One job: a draft/target pair on a backend, a decoder, sampling, a task and a budget."""
+
+    experiment: str = "default"
+    results_dir: str = "results"
+    overwrite: bool = False
+    target: ModelConfig = MISSING
+    draft: ModelConfig = MISSING
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def register_configs(store: ConfigStore | None = None) -> None:
+    """Register the root schema as `schema`; config.yaml extends it, so every group option is
+    type-checked against its field's dataclass when merged."""
+    (store or ConfigStore.instance()).store(name="schema", node=SpecBenchConfig)

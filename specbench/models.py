@@ -1,0 +1,103 @@
+"""Load target/draft models and tokenizers by config, check the pair, keep a pair per process."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .config import BackendConfig, ConfigError, ModelConfig
+from .tiny import byte_tokenizer, perturbed_copy, tiny_model
+
+log = logging.getLogger(__name__)
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_tokenizer(cfg: ModelConfig) -> Any:
+    """The model's tokenizer (tiny models share an in-process byte tokenizer)."""
+    if cfg.loader == "tiny":
+        return byte_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(cfg.tokenizer or cfg.source, revision=cfg.revision)
+
+
+def _load_tiny(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
+    spec = cfg.tiny
+    model = tiny_model(
+        spec.family, seed=spec.seed, layers=spec.layers, hidden=spec.hidden, std=spec.std
+    )
+    return perturbed_copy(model, spec.noise, seed=spec.seed + 1) if spec.noise > 0 else model
+
+
+def _load_hf(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        cfg.source,
+        revision=cfg.revision,
+        dtype=TORCH_DTYPES[backend.dtype],
+        attn_implementation=backend.attn_implementation,
+        device_map=backend.device_map,
+    )
+
+
+MODEL_LOADERS: dict[str, Callable[[ModelConfig, BackendConfig], torch.nn.Module]] = {
+    "tiny": _load_tiny,
+    "hf": _load_hf,
+}
+
+
+def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
+    """Build or download the model, then place it on the backend's device and dtype."""
+    log.info("loading %s (%s %s)", cfg.name, cfg.loader, cfg.source or cfg.tiny.family)
+    model = MODEL_LOADERS[cfg.loader](cfg, backend)
+    if backend.device_map is None:
+        model = model.to(device=backend.device, dtype=TORCH_DTYPES[backend.dtype])
+    return model.eval()
+
+
+def check_tokenizers(target_tok: Any, draft_tok: Any) -> int:
+    """The shared vocabulary size; a ConfigError if the two disagree on a shared id or on EOS."""
+    size = min(len(target_tok), len(draft_tok))
+    target_ids = {i: t for t, i in target_tok.get_vocab().items() if i < size}
+    draft_ids = {i: t for t, i in draft_tok.get_vocab().items() if i < size}
+    if target_ids != draft_ids:
+        bad = min(
+            i for i in set(target_ids) | set(draft_ids) if target_ids.get(i) != draft_ids.get(i)
+        )
+        raise ConfigError(
+            f"the draft's tokenizer does not match the target's (id {bad} is "
+            f"{target_ids.get(bad)!r} vs {draft_ids.get(bad)!r}); choose a draft from the "
+            "target's model family"
+        )
+    if target_tok.eos_token_id != draft_tok.eos_token_id:
+        raise ConfigError(
+            f"target and draft disagree on EOS ({target_tok.eos_token_id} vs "
+            f"{draft_tok.eos_token_id}); choose a draft from the target's model family"
+        )
+    return size
+
+
+class ModelPool:
+    """Holds the last loaded (target, draft) for the life of a process: a sweep loads it once."""
+
+    def __init__(self) -> None:
+        self._key: str | None = None
+        self._models: tuple[torch.nn.Module, torch.nn.Module | None] | None = None
+        self.loads = 0
+
+    def get(
+        self, target: ModelConfig, draft: ModelConfig | None, backend: BackendConfig
+    ) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+        key = repr((target, draft, backend))
+        if key != self._key:
+            self._models = None  # free the old pair before loading the new one
+            loaded_target = load_model(target, backend)
+            loaded_draft = load_model(draft, backend) if draft is not None else None
+            self._key, self._models = key, (loaded_target, loaded_draft)
+            self.loads += 1
+        assert self._models is not None
+        return self._models

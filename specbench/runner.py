@@ -1,0 +1,233 @@
+"""One job: validate -> prompts -> tokenizers -> models -> warm-up -> interleaved timing -> records.
+
+Seed policy: every (prompt, repeat) gets its own seed, derived from bench.seed, and each method
+timed on that prompt and repeat starts a fresh torch.Generator from that same seed (common random
+numbers: the two methods see the same stream). Nothing is reseeded inside a decoding loop. The
+order of methods alternates between consecutive (prompt, repeat) pairs to cancel drift.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from .config import ConfigError, SpecBenchConfig
+from .decoding import GenerationResult, StopCondition, autoregressive_generate, speculative_generate
+from .models import ModelPool, check_tokenizers, load_tokenizer
+from .provenance import provenance
+from .records import job_done, write_job, write_text
+from .tasks import Prompt, load_prompts
+from .tracking import track
+
+log = logging.getLogger(__name__)
+
+
+def to_config(cfg: DictConfig) -> SpecBenchConfig:
+    """Resolve and validate (dataclass __post_init__); no model, no network, no files."""
+    try:
+        job = OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except Exception as err:  # OmegaConf wraps validation errors raised in __post_init__
+        cause = err.__cause__ or err.__context__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(str(err).splitlines()[0]) from err
+    if job.backend.compile:
+        raise ConfigError("backend.compile=true is not implemented yet; use compile=false")
+    return job
+
+
+@dataclass
+class Prepared:
+    """Everything a job needs before models load: its config, prompts, tokenizer, stops."""
+
+    job: SpecBenchConfig
+    prompts: list[Prompt]
+    tokenizer: Any
+    vocab_size: int
+    stop: StopCondition
+
+    @property
+    def uses_draft(self) -> bool:
+        return self.job.decoder.name == "speculative"
+
+    @property
+    def methods(self) -> list[str]:
+        baseline = self.job.bench.baseline and self.job.decoder.name != "autoregressive"
+        return [self.job.decoder.name] + (["autoregressive"] if baseline else [])
+
+
+def prepare(job: SpecBenchConfig) -> Prepared:
+    """Cheap checks that must pass before any model loads."""
+    prompts = load_prompts(job.task, job.bench.num_prompts)
+    tokenizer = load_tokenizer(job.target)
+    vocab_size = len(tokenizer)
+    if job.decoder.name == "speculative":
+        vocab_size = check_tokenizers(tokenizer, load_tokenizer(job.draft))
+    stop = StopCondition.from_tokenizer(tokenizer, job.task.stop_strings)
+    return Prepared(job, prompts, tokenizer, vocab_size, stop)
+
+
+def generate(
+    method: str, prep: Prepared, models: tuple, ids: torch.Tensor, gen: torch.Generator, n: int
+) -> GenerationResult:
+    target, draft = models
+    common = dict(
+        max_new_tokens=n,
+        sampling=prep.job.sampling.params(),
+        generator=gen,
+        stop=prep.stop,
+        vocab_size=prep.vocab_size,
+    )
+    if method == "speculative":
+        return speculative_generate(target, draft, ids, k=prep.job.decoder.k, **common)
+    return autoregressive_generate(target, ids, **common)
+
+
+def derive_seed(base: int, prompt_index: int, repeat: int) -> int:
+    return base * 1_000_003 + prompt_index * 1009 + repeat
+
+
+def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
+    """Warm up, then time every method on every prompt x repeat; rows for both tables."""
+    job, device = prep.job, prep.job.backend.device
+    encoded = [
+        prep.tokenizer(p.text, return_tensors="pt").input_ids.to(device) for p in prep.prompts
+    ]
+    for _ in range(job.bench.warmup):
+        for method in prep.methods:
+            gen = torch.Generator(device).manual_seed(job.bench.seed)
+            generate(method, prep, models, encoded[0], gen, min(job.bench.max_new_tokens, 16))
+    rows: list[dict] = []
+    iterations: list[dict] = []
+    cells = [(i, r) for i in range(len(prep.prompts)) for r in range(job.bench.repeats)]
+    bar = tqdm(cells, desc=f"{job.experiment} {job.decoder.name} k={job.decoder.k}", unit="run")
+    for step, (i, repeat) in enumerate(bar):
+        seed = derive_seed(job.bench.seed, i, repeat)
+        order = prep.methods if step % 2 == 0 else prep.methods[::-1]
+        for method in order:
+            gen = torch.Generator(device).manual_seed(seed)
+            res = generate(method, prep, models, encoded[i], gen, job.bench.max_new_tokens)
+            rows.append(result_row(prep, method, prep.prompts[i], repeat, seed, res))
+            iterations += iteration_rows(method, prep.prompts[i].id, repeat, res)
+        bar.set_postfix_str(progress_text(rows))
+    return rows, iterations
+
+
+def result_row(
+    prep: Prepared, method: str, prompt: Prompt, repeat: int, seed: int, res: GenerationResult
+) -> dict[str, Any]:
+    job = prep.job
+    return {
+        "method": method,
+        "k": job.decoder.k if job.decoder.name == "speculative" else 0,
+        "prompt_id": prompt.id,
+        "repeat": repeat,
+        "seed": seed,
+        "new_tokens": res.num_tokens,
+        "wall_s": res.wall_s,
+        "ms_per_token": res.ms_per_token,
+        "target_calls": res.target_calls,
+        "draft_calls": res.draft_calls,
+        "accepted": sum(res.accepted),
+        "proposed": sum(res.proposed),
+        "tokens_per_call": res.tokens_per_target_call,
+        "alpha": res.mean_expected_acceptance,
+        "draft_s": res.draft_s,
+        "target_s": res.target_s,
+        "overhead_s": res.overhead_s,
+        "stopped_by": res.stopped_by,
+        "completion": prep.tokenizer.decode(res.tokens, skip_special_tokens=True),
+    }
+
+
+def iteration_rows(method: str, prompt_id: str, repeat: int, res: GenerationResult) -> list[dict]:
+    return [
+        {
+            "method": method,
+            "prompt_id": prompt_id,
+            "repeat": repeat,
+            "iteration": it,
+            "k": k,
+            "accepted": acc,
+        }
+        for it, (acc, k) in enumerate(zip(res.accepted, res.proposed, strict=True))
+    ]
+
+
+def progress_text(rows: list[dict]) -> str:
+    frame = pd.DataFrame(rows)
+    parts = [
+        f"{m[:4]} {g.ms_per_token.mean():.1f}ms/tok" for m, g in frame.groupby("method", sort=False)
+    ]
+    spec = frame[frame.method == "speculative"]
+    if len(spec) and spec.proposed.sum():
+        parts.append(f"acc {spec.accepted.sum() / spec.proposed.sum():.2f}")
+    return " ".join(parts)
+
+
+def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[str, Any]:
+    """Columns shared by every row of a job: what ran, where, with what."""
+    return {
+        "experiment": job.experiment,
+        "job": override,
+        "decoder": job.decoder.name,
+        "temperature": job.sampling.temperature,
+        "top_k": job.sampling.top_k,
+        "top_p": job.sampling.top_p,
+        "sampling": job.sampling.name,
+        "target": job.target.name,
+        "draft": job.draft.name if uses_draft else "",
+        "backend": job.backend.name,
+        "device": job.backend.device,
+        "dtype": job.backend.dtype,
+        "task": job.task.name,
+        "max_new_tokens": job.bench.max_new_tokens,
+    }
+
+
+def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, override: str) -> dict[str, Any] | None:
+    """Run one job into job_dir, unless its records are complete and overwrite is off."""
+    job = to_config(cfg)
+    if job_done(job_dir) and not job.overwrite:
+        log.info("skipping %s: records exist (overwrite=true to redo)", job_dir)
+        return None
+    prep = prepare(job)
+    if job.backend.num_threads:
+        torch.set_num_threads(job.backend.num_threads)
+    models = pool.get(job.target, job.draft if prep.uses_draft else None, job.backend)
+    with track(job, job_dir) as tracker:
+        rows, iterations = measure(prep, models)
+        shared = job_columns(job, override, prep.uses_draft) | provenance(job.backend.device)
+        records = pd.DataFrame([shared | row for row in rows])
+        iters = pd.DataFrame([{"job": override} | row for row in iterations])
+        summary = summarize(records) | {"job": override, "pair_loads": pool.loads}
+        write_text(job_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        write_job(job_dir, records, iters, summary)
+        tracker.log(cfg, summary, records)
+    log.info("summary: %s", summary)
+    return summary
+
+
+def summarize(records: pd.DataFrame) -> dict[str, Any]:
+    """Medians per method and the median paired speedup (baseline ms/token over method's)."""
+    out: dict[str, Any] = {"rows": len(records)}
+    for method, g in records.groupby("method"):
+        out[f"{method}_ms_per_token_median"] = float(g.ms_per_token.median())
+    if {"speculative", "autoregressive"} <= set(records.method):
+        wide = records.pivot_table(
+            index=["prompt_id", "repeat"], columns="method", values="ms_per_token"
+        )
+        out["speedup_median"] = float((wide.autoregressive / wide.speculative).median())
+        spec = records[records.method == "speculative"]
+        out["acceptance_rate"] = float(spec.accepted.sum() / max(spec.proposed.sum(), 1))
+        out["alpha_mean"] = float(spec.alpha.mean())
+    return out

@@ -1,0 +1,118 @@
+"""End to end through the CLI: a multirun sweep, resume after kill -9, wandb offline, hf loader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from conftest import ROOT, run_cli
+
+KEY = ["job", "method", "prompt_id", "repeat"]
+REQUIRED = {
+    "experiment", "job", "method", "k", "temperature", "top_k", "top_p", "target", "draft",
+    "backend", "device", "dtype", "task", "prompt_id", "repeat", "new_tokens", "wall_s",
+    "ms_per_token", "target_calls", "draft_calls", "accepted", "proposed", "tokens_per_call",
+    "alpha", "draft_s", "target_s", "overhead_s", "completion", "seed", "git_sha", "git_dirty",
+    "torch_version", "transformers_version", "device_name", "hostname",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def smoke_sweep(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    out = run_cli("+experiment=smoke", "-m", "decoder.k=1,2", f"results_dir={results}")
+    assert out.returncode == 0, out.stderr
+    return results / "smoke"
+
+
+def test_sweep_writes_tidy_records(smoke_sweep):
+    records = pd.read_parquet(smoke_sweep / "records.parquet")
+    assert set(records.columns) >= REQUIRED
+    assert len(records) == 2 * 2 * 2 * 2  # jobs x prompts x repeats x methods
+    assert not records.duplicated(KEY).any()
+    assert set(records.job) == {"decoder.k=1", "decoder.k=2"}
+    assert (records.new_tokens.between(1, 16)).all() and (records.wall_s > 0).all()
+    spec = records[records.method == "speculative"]
+    assert (spec.accepted <= spec.proposed).all() and (spec.proposed > 0).all()
+    assert spec.alpha.between(0, 1).all() and (spec.draft_calls > 0).all()
+    assert set(spec.k) == {1, 2}
+    ar = records[records.method == "autoregressive"]
+    assert (ar.target_calls == ar.new_tokens).all() and (ar.draft_calls == 0).all()
+    iters = pd.read_parquet(smoke_sweep / "iterations.parquet")
+    per_run = iters.groupby(KEY).accepted.sum()
+    assert (per_run == spec.set_index(KEY).accepted.reindex(per_run.index)).all()
+    assert pd.read_csv(smoke_sweep / "records.csv").shape == records.shape
+
+
+def test_sweep_loads_the_pair_once(smoke_sweep):
+    for job in ("decoder.k=1", "decoder.k=2"):
+        summary = json.loads((smoke_sweep / job / "summary.json").read_text())
+        assert summary["pair_loads"] == 1
+        assert (smoke_sweep / job / "config.yaml").is_file()
+
+
+def test_finished_job_is_skipped(smoke_sweep):
+    before = (smoke_sweep / "decoder.k=1" / "records.parquet").stat().st_mtime_ns
+    out = run_cli("+experiment=smoke", f"results_dir={smoke_sweep.parent}", "decoder.k=1")
+    assert out.returncode == 0
+    assert "skipping" in out.stdout + out.stderr
+    assert (smoke_sweep / "decoder.k=1" / "records.parquet").stat().st_mtime_ns == before
+
+
+def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path):
+    args = [
+        "+experiment=smoke", "-m", "decoder.k=1,2,3", f"results_dir={tmp_path}",
+        "bench.max_new_tokens=48", "bench.num_prompts=4",
+    ]  # fmt: skip
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specbench", *args], cwd=ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    prefix = "bench.max_new_tokens=48,bench.num_prompts=4,"  # sweep dirs: override_dirname
+    first = tmp_path / "smoke" / f"{prefix}decoder.k=1" / "summary.json"
+    deadline = time.time() + 120
+    while not first.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert first.exists()
+    assert not (tmp_path / "smoke" / f"{prefix}decoder.k=3" / "summary.json").exists()
+    first_mtime = first.stat().st_mtime_ns
+    out = run_cli(*args)
+    assert out.returncode == 0, out.stderr
+    assert "skipping" in out.stdout + out.stderr
+    assert first.stat().st_mtime_ns == first_mtime  # the finished job was not redone
+    records = pd.read_parquet(tmp_path / "smoke" / "records.parquet")
+    assert set(records.job) == {f"{prefix}decoder.k={k}" for k in (1, 2, 3)}
+    assert not records.duplicated(KEY).any()
+    assert len(records) == 3 * 4 * 2 * 2
+
+
+def test_wandb_offline_run_is_finished(tmp_path):
+    out = run_cli("+experiment=smoke", f"results_dir={tmp_path}", "tracking=wandb_offline")
+    assert out.returncode == 0, out.stderr
+    runs = list((tmp_path / "smoke" / "default" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+
+
+def test_hf_loader_reads_a_local_checkpoint(tmp_path, saved_tiny_dirs):
+    path = saved_tiny_dirs["same"]
+    out = run_cli(
+        "+experiment=smoke", f"results_dir={tmp_path}", "target.loader=hf",
+        f"target.source={path}", "draft.loader=hf", f"draft.source={path}",
+        "sampling=greedy",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    records = pd.read_parquet(tmp_path / "smoke" / "records.parquet")
+    spec = records[records.method == "speculative"]
+    assert (spec.accepted == spec.proposed).all()  # draft == target: greedy accepts everything
+    by_method = records.pivot_table(index=["prompt_id", "repeat"], columns="method",
+                                    values="completion", aggfunc="first")  # fmt: skip
+    assert (by_method.speculative == by_method.autoregressive).all()
