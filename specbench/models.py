@@ -4,24 +4,41 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from .config import BackendConfig, ConfigError, ModelConfig
+from .packaged import locate_parts, lookup, materialize
 from .tiny import byte_tokenizer, perturbed_copy, tiny_model
 
 log = logging.getLogger(__name__)
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_tokenizer(cfg: ModelConfig) -> Any:
+def preflight(cfg: ModelConfig) -> None:
+    """Cheap checks before anything heavy: packaged parts installed, local paths present."""
+    if cfg.loader == "packaged":
+        locate_parts(lookup(cfg.source))
+    local = cfg.loader == "hf" and cfg.source.startswith(("/", "./", "../", "~"))
+    if local and not Path(cfg.source).expanduser().is_dir():
+        raise ConfigError(f"model {cfg.name!r}: local checkpoint not found: {cfg.source}")
+
+
+def _checkpoint(cfg: ModelConfig, dtype: str) -> str:
+    """What from_pretrained reads: the hub id / local dir, or the packaged model's cache dir."""
+    return str(materialize(cfg.source, dtype)) if cfg.loader == "packaged" else cfg.source
+
+
+def load_tokenizer(cfg: ModelConfig, dtype: str = "bfloat16") -> Any:
     """The model's tokenizer (tiny models share an in-process byte tokenizer)."""
     if cfg.loader == "tiny":
         return byte_tokenizer()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(cfg.tokenizer or cfg.source, revision=cfg.revision)
+    source = cfg.tokenizer or _checkpoint(cfg, dtype)
+    return AutoTokenizer.from_pretrained(source, revision=cfg.revision)
 
 
 def _load_tiny(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
@@ -33,10 +50,11 @@ def _load_tiny(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
 
 
 def _load_hf(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
+    """Hub id, local directory, or a packaged model's converted cache: one from_pretrained path."""
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(
-        cfg.source,
+        _checkpoint(cfg, backend.dtype),
         revision=cfg.revision,
         dtype=TORCH_DTYPES[backend.dtype],
         attn_implementation=backend.attn_implementation,
@@ -47,6 +65,7 @@ def _load_hf(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
 MODEL_LOADERS: dict[str, Callable[[ModelConfig, BackendConfig], torch.nn.Module]] = {
     "tiny": _load_tiny,
     "hf": _load_hf,
+    "packaged": _load_hf,
 }
 
 

@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 SUMMARY = "summary.json"  # written last: its presence marks a complete job
 RECORDS = "records.parquet"  # one row per (prompt x repeat x method)
 ITERATIONS = "iterations.parquet"  # one row per speculative iteration
+PROFILE = "scoring_profile.parquet"  # one row per (model x q x repeat) of a scoring profile
+TABLES = (RECORDS, ITERATIONS, PROFILE)
 
 
 def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
@@ -48,41 +50,46 @@ def job_done(job_dir: Path) -> bool:
     return (job_dir / SUMMARY).is_file()
 
 
-def write_job(
-    job_dir: Path, records: pd.DataFrame, iterations: pd.DataFrame, summary: dict[str, Any]
-) -> None:
+def write_job(job_dir: Path, tables: dict[str, pd.DataFrame], summary: dict[str, Any]) -> None:
     """Tables first, the summary last, each atomically: a killed job leaves no summary."""
-    write_table(job_dir / RECORDS, records)
-    write_table(job_dir / ITERATIONS, iterations)
+    for name, frame in tables.items():
+        write_table(job_dir / name, frame)
     write_text(job_dir / SUMMARY, json.dumps(summary, indent=2, default=str))
 
 
-def gather(experiment_dir: Path) -> pd.DataFrame:
-    """Concatenate every complete job under experiment_dir into records.parquet/.csv there."""
+def gather(experiment_dir: Path) -> dict[str, pd.DataFrame]:
+    """Concatenate every complete job's tables into experiment_dir (records also as CSV)."""
     experiment_dir = Path(experiment_dir)
     jobs = sorted(p.parent for p in experiment_dir.glob(f"*/{SUMMARY}"))
     if not jobs:
         raise FileNotFoundError(f"no complete job (with {SUMMARY}) under {experiment_dir}")
-    for name in (RECORDS, ITERATIONS):
+    gathered = {}
+    for name in TABLES:
         frames = [pd.read_parquet(job / name) for job in jobs if (job / name).is_file()]
-        frame = pd.concat([f for f in frames if len(f)], ignore_index=True) if frames else None
-        if frame is None:
-            continue
-        write_table(experiment_dir / name, frame)
-        if name == RECORDS:
-            write_table(experiment_dir / "records.csv", frame)
-            records = frame
-    log.info("gathered %d jobs, %d rows into %s", len(jobs), len(records), experiment_dir)
-    return records
+        if frames:
+            gathered[name] = pd.concat(frames, ignore_index=True)
+            write_table(experiment_dir / name, gathered[name])
+    if RECORDS in gathered:
+        write_table(experiment_dir / "records.csv", gathered[RECORDS])
+    log.info("gathered %d jobs into %s: %s", len(jobs), experiment_dir, sorted(gathered))
+    return gathered
 
 
 class GatherCallback(Callback):
     """Hydra callback: gather the experiment's job records when a run or a sweep ends."""
 
     def _gather(self, config: DictConfig) -> None:
+        from .analysis.console import summary_table
+        from .analysis.report import report
+
         experiment_dir = Path(config.results_dir) / config.experiment
         if any(experiment_dir.glob(f"*/{SUMMARY}")):
-            gather(experiment_dir)
+            tables = gather(experiment_dir)
+            if RECORDS in tables:
+                print(f"\n{config.experiment}: {len(tables[RECORDS])} rows in {experiment_dir}")
+                print(summary_table(tables[RECORDS]))
+            written = report(experiment_dir)
+            log.info("figures and tables: %d files under %s", len(written), experiment_dir)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._gather(config)

@@ -20,10 +20,11 @@ from tqdm.auto import tqdm
 
 from .config import ConfigError, SpecBenchConfig
 from .decoding import GenerationResult, StopCondition, autoregressive_generate, speculative_generate
-from .models import ModelPool, check_tokenizers, load_tokenizer
+from .models import ModelPool, check_tokenizers, load_tokenizer, preflight
+from .profile import run_profile
 from .provenance import provenance
-from .records import job_done, write_job, write_text
-from .tasks import Prompt, load_prompts
+from .records import ITERATIONS, PROFILE, RECORDS, job_done, write_job, write_text
+from .tasks import Prompt, Scorer, load_prompts, scorer
 from .tracking import track
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,11 @@ class Prepared:
     tokenizer: Any
     vocab_size: int
     stop: StopCondition
+    score: Scorer
 
     @property
     def uses_draft(self) -> bool:
-        return self.job.decoder.name == "speculative"
+        return self.job.decoder.name in ("speculative", "scoring_profile")
 
     @property
     def methods(self) -> list[str]:
@@ -67,13 +69,17 @@ class Prepared:
 
 def prepare(job: SpecBenchConfig) -> Prepared:
     """Cheap checks that must pass before any model loads."""
+    score = scorer(job.task)
     prompts = load_prompts(job.task, job.bench.num_prompts)
-    tokenizer = load_tokenizer(job.target)
+    uses_draft = job.decoder.name in ("speculative", "scoring_profile")
+    for model in (job.target, job.draft) if uses_draft else (job.target,):
+        preflight(model)
+    tokenizer = load_tokenizer(job.target, job.backend.dtype)
     vocab_size = len(tokenizer)
-    if job.decoder.name == "speculative":
-        vocab_size = check_tokenizers(tokenizer, load_tokenizer(job.draft))
+    if uses_draft:
+        vocab_size = check_tokenizers(tokenizer, load_tokenizer(job.draft, job.backend.dtype))
     stop = StopCondition.from_tokenizer(tokenizer, job.task.stop_strings)
-    return Prepared(job, prompts, tokenizer, vocab_size, stop)
+    return Prepared(job, prompts, tokenizer, vocab_size, stop, score)
 
 
 def generate(
@@ -105,7 +111,7 @@ def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
     for _ in range(job.bench.warmup):
         for method in prep.methods:
             gen = torch.Generator(device).manual_seed(job.bench.seed)
-            generate(method, prep, models, encoded[0], gen, min(job.bench.max_new_tokens, 16))
+            generate(method, prep, models, encoded[0], gen, min(job.max_new_tokens, 16))
     rows: list[dict] = []
     iterations: list[dict] = []
     cells = [(i, r) for i in range(len(prep.prompts)) for r in range(job.bench.repeats)]
@@ -115,11 +121,18 @@ def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
         order = prep.methods if step % 2 == 0 else prep.methods[::-1]
         for method in order:
             gen = torch.Generator(device).manual_seed(seed)
-            res = generate(method, prep, models, encoded[i], gen, job.bench.max_new_tokens)
+            res = generate(method, prep, models, encoded[i], gen, job.max_new_tokens)
             rows.append(result_row(prep, method, prep.prompts[i], repeat, seed, res))
             iterations += iteration_rows(method, prep.prompts[i].id, repeat, res)
         bar.set_postfix_str(progress_text(rows))
     return rows, iterations
+
+
+def score_rows(prep: Prepared, rows: list[dict]) -> None:
+    """Add the task's quality columns (ROUGE, pass/fail) to each row, after all timing."""
+    by_id = {p.id: p for p in prep.prompts}
+    for row in tqdm(rows, desc=f"scoring {prep.job.task.name}", unit="row", leave=False):
+        row.update(prep.score(prep.job.task, by_id[row["prompt_id"]], row["completion"]))
 
 
 def result_row(
@@ -190,11 +203,22 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "device": job.backend.device,
         "dtype": job.backend.dtype,
         "task": job.task.name,
-        "max_new_tokens": job.bench.max_new_tokens,
+        "max_new_tokens": job.max_new_tokens,
     }
 
 
-def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, override: str) -> dict[str, Any] | None:
+def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) -> dict[str, Any]:
+    """The timing job: interleaved method vs baseline, quality scored after all timing."""
+    rows, iterations = measure(prep, models)
+    score_rows(prep, rows)
+    records = pd.DataFrame([shared | row for row in rows])
+    iters = pd.DataFrame([{"job": shared["job"]} | row for row in iterations])
+    summary = summarize(records)
+    write_job(job_dir, {RECORDS: records, ITERATIONS: iters}, summary)
+    return summary
+
+
+def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[str, Any] | None:
     """Run one job into job_dir, unless its records are complete and overwrite is off."""
     job = to_config(cfg)
     if job_done(job_dir) and not job.overwrite:
@@ -204,22 +228,23 @@ def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, override: str) -> dict[
     if job.backend.num_threads:
         torch.set_num_threads(job.backend.num_threads)
     models = pool.get(job.target, job.draft if prep.uses_draft else None, job.backend)
+    shared = job_columns(job, job_id, prep.uses_draft) | provenance(job.backend.device)
+    write_text(job_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     with track(job, job_dir) as tracker:
-        rows, iterations = measure(prep, models)
-        shared = job_columns(job, override, prep.uses_draft) | provenance(job.backend.device)
-        records = pd.DataFrame([shared | row for row in rows])
-        iters = pd.DataFrame([{"job": override} | row for row in iterations])
-        summary = summarize(records) | {"job": override, "pair_loads": pool.loads}
-        write_text(job_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        write_job(job_dir, records, iters, summary)
-        tracker.log(cfg, summary, records)
+        kind = run_profile if job.decoder.name == "scoring_profile" else time_decoders
+        summary = kind(prep, models, job_dir, shared | {"pair_loads": pool.loads})
+        tracker.log(cfg, summary, pd.read_parquet(job_dir / kind_table(job)))
     log.info("summary: %s", summary)
     return summary
 
 
+def kind_table(job: SpecBenchConfig) -> str:
+    return PROFILE if job.decoder.name == "scoring_profile" else RECORDS
+
+
 def summarize(records: pd.DataFrame) -> dict[str, Any]:
     """Medians per method and the median paired speedup (baseline ms/token over method's)."""
-    out: dict[str, Any] = {"rows": len(records)}
+    out: dict[str, Any] = {"rows": len(records), "pair_loads": int(records.pair_loads.iloc[0])}
     for method, g in records.groupby("method"):
         out[f"{method}_ms_per_token_median"] = float(g.ms_per_token.median())
     if {"speculative", "autoregressive"} <= set(records.method):

@@ -19,12 +19,17 @@ CONF = ROOT / "conf"
 
 @pytest.fixture
 def compose_cfg():
-    """compose_cfg([...overrides]) -> DictConfig, as `python -m specbench` would build it."""
+    """compose_cfg([...overrides], base="+experiment=smoke") -> DictConfig, as the CLI builds it.
+
+    The base defaults to the tiny-model smoke experiment so no test touches the offline pair.
+    """
     register_configs()
 
-    def _compose(overrides: list[str] | None = None):
+    def _compose(overrides: list[str] | None = None, base: str | None = "+experiment=smoke"):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return compose(config_name="config", overrides=overrides or [])
+            return compose(
+                config_name="config", overrides=[base or "", *(overrides or [])][not base :]
+            )
 
     return _compose
 

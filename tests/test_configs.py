@@ -15,7 +15,7 @@ GROUPS = ["backend", "decoder", "sampling", "task", "bench", "tracking"]
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes_and_validates(compose_cfg, experiment):
-    job = to_config(compose_cfg([f"+experiment={experiment}"]))
+    job = to_config(compose_cfg([f"+experiment={experiment}"], base=None))
     assert job.experiment == experiment
 
 
@@ -84,6 +84,12 @@ def test_mismatched_tokenizers_fail_before_loading(
 def test_unknown_names_and_wrong_types_fail_at_composition(compose_cfg, override, error):
     with pytest.raises(error):
         compose_cfg([override])
+
+
+def test_default_config_is_the_offline_pair(compose_cfg):
+    job = to_config(compose_cfg(base=None))
+    assert (job.target.loader, job.draft.loader) == ("packaged", "packaged")
+    assert job.backend.dtype == "bfloat16"
 
 
 def test_cli_error_is_one_line_and_nonzero(tmp_path):

@@ -46,10 +46,41 @@ def _jsonl(cfg: TaskConfig, n: int) -> list[Prompt]:
     ]
 
 
+def truncate_at_stops(completion: str, stop_strings: list[str] | tuple[str, ...]) -> str:
+    """The completion up to (excluding) the earliest stop string."""
+    cut = min((i for s in stop_strings if (i := completion.find(s)) >= 0), default=len(completion))
+    return completion[:cut]
+
+
+def _no_metric(cfg: TaskConfig, prompt: Prompt, completion: str) -> dict[str, float]:
+    return {}
+
+
+from .humaneval import load_humaneval, score_humaneval  # noqa: E402  (need Prompt above)
+from .xsum import load_xsum, score_rouge  # noqa: E402
+
 TASK_LOADERS: dict[str, Callable[[TaskConfig, int], list[Prompt]]] = {
     "inline": _inline,
     "jsonl": _jsonl,
+    "xsum": load_xsum,
+    "humaneval": load_humaneval,
 }
+Scorer = Callable[[TaskConfig, Prompt, str], dict[str, float]]
+TASK_METRICS: dict[str, Scorer] = {
+    "none": _no_metric,
+    "rouge": score_rouge,
+    "humaneval": score_humaneval,
+}
+
+
+def scorer(cfg: TaskConfig) -> Scorer:
+    """The task's quality metric: completion -> named scores recorded per row."""
+    if cfg.metric not in TASK_METRICS:
+        raise ConfigError(
+            f"task {cfg.name!r}: unknown metric {cfg.metric!r}; "
+            f"choose one of {sorted(TASK_METRICS)}"
+        )
+    return TASK_METRICS[cfg.metric]
 
 
 def load_prompts(cfg: TaskConfig, n: int) -> list[Prompt]:

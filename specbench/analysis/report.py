@@ -1,0 +1,118 @@
+"""Everything an experiment's records.parquet gives: figures (PNG + PDF), Table 1, CSV summaries.
+
+Loads no model and writes every file atomically; figures that do not apply to the records
+(no K sweep, no autoregressive pairs, no scoring profile) are skipped and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..records import PROFILE, RECORDS, atomic_write, write_table, write_text
+from .aggregate import AR, SPS, paired_speedups, summary_by_k
+from .figures import (
+    acceptance_figure,
+    loop_latency_figure,
+    pair_caption,
+    scoring_profile_figure,
+    speedup_figure,
+    time_vs_k_figure,
+)
+from .tables import format_table1, table1, to_markdown
+from .theory import predicted_vs_measured
+
+log = logging.getLogger(__name__)
+FIGURE_FORMATS = ("png", "pdf")
+K_FIGURES: dict[str, Callable[[pd.DataFrame], Figure]] = {
+    "time_vs_k": time_vs_k_figure,
+    "acceptance_vs_k": acceptance_figure,
+    "loop_latency_vs_k": loop_latency_figure,
+}
+
+
+def save_figure(fig: Figure, base: Path) -> list[Path]:
+    """base.png and base.pdf, each written atomically."""
+    paths = []
+    for fmt in FIGURE_FORMATS:
+        path = base.with_suffix(f".{fmt}")
+        atomic_write(path, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=150))
+        paths.append(path)
+    return paths
+
+
+def has_k_sweep(records: pd.DataFrame) -> bool:
+    """Whether some (task, sampling) has speculative rows at two or more K."""
+    sps = records[records.method == SPS]
+    return bool(len(sps)) and sps.groupby(["task", "sampling"]).k.nunique().max() >= 2
+
+
+def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
+    """table1.csv/.md, summary.csv and (with SpS and AR rows) theory.csv."""
+    table = table1(records)
+    write_table(out / "table1.csv", table)
+    caption = f"\nTable 1 analogue. {pair_caption(records)}.\n"
+    write_text(out / "table1.md", to_markdown(format_table1(table)) + caption)
+    write_table(out / "summary.csv", summary_by_k(records))
+    written = [out / "table1.csv", out / "table1.md", out / "summary.csv"]
+    theory = predicted_vs_measured(records)
+    if theory.empty:
+        log.info("skipping theory.csv: no task with both speculative and autoregressive rows")
+    else:
+        write_table(out / "theory.csv", theory)
+        written.append(out / "theory.csv")
+    return written
+
+
+def write_figures(records: pd.DataFrame, out: Path) -> list[Path]:
+    """The vs-K figures when K was swept; the speedup figure needs AR/SpS pairs too."""
+    if not has_k_sweep(records):
+        log.info("skipping the figures vs K: no task and sampling mode has two or more K")
+        return []
+    figures = dict(K_FIGURES)
+    if paired_speedups(records).empty:
+        log.info("skipping speedup_vs_k: no run has both %s and %s timings", SPS, AR)
+    else:
+        figures["speedup_vs_k"] = speedup_figure
+    written = []
+    for name, make in figures.items():
+        written += save_figure(make(records), out / name)
+    return written
+
+
+def write_profile_figure(records: pd.DataFrame | None, experiment_dir: Path) -> list[Path]:
+    """The scoring-profile figure when the experiment has a scoring_profile.parquet."""
+    path = experiment_dir / PROFILE
+    if not path.is_file():
+        log.info("skipping scoring_profile: no %s", path)
+        return []
+    profile = pd.read_parquet(path)
+    own = any(c in profile for c in ("target", "draft", "device_name"))
+    text = None if own or records is None else pair_caption(records)
+    fig = scoring_profile_figure(profile, text)
+    return save_figure(fig, experiment_dir / "figures" / "scoring_profile")
+
+
+def report(experiment_dir: Path) -> list[Path]:
+    """Write tables into experiment_dir and figures into experiment_dir/figures; list them.
+
+    A scoring-profile experiment may have no records.parquet: then only its figure is drawn.
+    """
+    experiment_dir = Path(experiment_dir)
+    path = experiment_dir / RECORDS
+    if not path.is_file() and not (experiment_dir / PROFILE).is_file():
+        raise FileNotFoundError(f"neither {RECORDS} nor {PROFILE} in {experiment_dir}")
+    if not path.is_file():
+        log.info("no %s: drawing the scoring profile only", path)
+        return write_profile_figure(None, experiment_dir)
+    records = pd.read_parquet(path)
+    if records.empty:
+        raise ValueError(f"{path} has no rows")
+    written = write_tables(records, experiment_dir)
+    written += write_figures(records, experiment_dir / "figures")
+    written += write_profile_figure(records, experiment_dir)
+    return written

@@ -1,0 +1,59 @@
+"""Scoring profile: forward latency for q = 1..max_q new tokens against a cached prefix.
+
+The paper's central assumption is that scoring K+1 tokens in one target call costs about one
+decoding step; this measures it on the user's hardware for the target and the draft.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .decoding.common import CachedLM, Clock, model_device
+from .records import PROFILE, write_job
+
+
+@torch.inference_mode()
+def profile_model(
+    model: torch.nn.Module, prefix: torch.Tensor, max_q: int, repeats: int
+) -> list[dict]:
+    """Rows (q, repeat, ms): one forward of q tokens after a cached prefix, then cropped back."""
+    device = model_device(model)
+    lm = CachedLM(model)
+    lm.forward(prefix.to(device), keep=1)  # the cached prefix (untimed)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    new = torch.randint(0, vocab, (1, max_q), generator=torch.Generator().manual_seed(0))
+    new = new.to(device)
+    rows = []
+    for repeat in range(-1, repeats):  # repeat -1 is the warm-up pass, not recorded
+        for q in range(1, max_q + 1):
+            clock = Clock(device)
+            lm.forward(new[:, :q], keep=q)
+            clock.lap("forward")
+            lm.rollback(q)
+            if repeat >= 0:
+                rows.append({"q": q, "repeat": repeat, "ms": 1e3 * clock.total()})
+    return rows
+
+
+def run_profile(prep, models: tuple, job_dir: Path, shared: dict) -> dict:
+    """The scoring_profile job: both models on the task's first prompt; writes its own table."""
+    job = prep.job
+    prefix = prep.tokenizer(prep.prompts[0].text, return_tensors="pt").input_ids
+    rows = []
+    for role, model in zip(("target", "draft"), models, strict=True):
+        if model is not None:
+            for row in profile_model(model, prefix, job.decoder.max_q, job.bench.repeats):
+                rows.append(shared | {"model": role, "prefix_tokens": prefix.shape[1]} | row)
+    table = pd.DataFrame(rows)
+    ms_at_1 = table[table.q == 1].groupby("model").ms.median()
+    summary = {
+        f"{role}_ms_q{q}": float(g.ms.median())
+        for (role, q), g in table.groupby(["model", "q"])
+        if q in (1, 4, 8, job.decoder.max_q)
+    } | {f"{role}_ms_q1": float(v) for role, v in ms_at_1.items()}
+    write_job(job_dir, {PROFILE: table}, summary | {"finished": time.time()})
+    return summary

@@ -1,0 +1,361 @@
+"""Analysis on a synthetic records table whose every number is known in closed form."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from specbench.analysis import __main__ as analysis_cli
+from specbench.analysis import figures, tables, theory
+from specbench.analysis.aggregate import bootstrap_ci, paired_speedups, summary_by_k
+from specbench.analysis.report import report
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS, SAMPLINGS, KS = ("xsum", "humaneval"), ("greedy", "t1"), (1, 2, 3, 4)
+PROMPTS, REPEATS, N = 5, 2, 64
+T_MS, C = 20.0, 0.1  # autoregressive ms per target call; draft call cost / target call cost
+ALPHA = {"greedy": 0.8, "t1": 0.6}
+ROUGE2_AR = [0.10, 0.20, 0.30, 0.40, 0.50]  # per prompt; SpS differs on prompt 0 only
+ROUGE2_SPS = [0.15, 0.20, 0.30, 0.40, 0.50]
+PASSED_AR, PASSED_SPS = [1, 0, 1, 0, 1], [1, 0, 1, 1, 1]
+
+
+def scoring_cost(k: int) -> float:
+    return 1.0 + 0.05 * k
+
+
+def drift(prompt: int) -> float:
+    """A per-prompt speed factor shared by both methods: ms/token varies, speedups do not."""
+    return 1.0 + 0.01 * prompt
+
+
+def ar_row(prompt: int) -> dict:
+    calls, seconds = N, N * T_MS * drift(prompt) / 1e3
+    return {"method": "autoregressive", "target_calls": calls, "draft_calls": 0, "accepted": 0,
+            "proposed": 0, "alpha": np.nan, "draft_s": 0.0, "target_s": seconds,
+            "overhead_s": 0.0, "wall_s": seconds}  # fmt: skip
+
+
+def sps_row(prompt: int, k: int, alpha: float) -> dict:
+    """Exactly Thm 3.8: N / E[tokens per loop] loops, each K draft calls and one scoring call."""
+    calls = N / theory.expected_tokens_per_loop(alpha, k)
+    ms = T_MS * drift(prompt)
+    draft_s, target_s = calls * k * C * ms / 1e3, calls * scoring_cost(k) * ms / 1e3
+    return {"method": "speculative", "target_calls": calls, "draft_calls": calls * k,
+            "accepted": N - calls, "proposed": calls * k, "alpha": alpha, "draft_s": draft_s,
+            "target_s": target_s, "overhead_s": 0.0, "wall_s": draft_s + target_s}  # fmt: skip
+
+
+def quality(task: str, method: str, prompt: int) -> dict:
+    if task == "xsum":
+        return {"rouge2": (ROUGE2_SPS if method == "speculative" else ROUGE2_AR)[prompt]}
+    return {"passed": (PASSED_SPS if method == "speculative" else PASSED_AR)[prompt]}
+
+
+def synthetic_records(ks=KS, with_quality: bool = True) -> pd.DataFrame:
+    rows = []
+    for task, sampling, k, prompt, repeat in np.ndindex(2, 2, len(ks), PROMPTS, REPEATS):
+        task, sampling, k = TASKS[task], SAMPLINGS[sampling], ks[k]
+        shared = {"experiment": "synthetic", "job": f"{task}.{sampling}.k={k}", "task": task,
+                  "sampling": sampling, "decoder": "speculative", "k": k, "prompt_id": f"p{prompt}",
+                  "repeat": repeat, "seed": prompt * 10 + repeat, "new_tokens": N,
+                  "max_new_tokens": N, "target": "tiny-target", "draft": "tiny-draft",
+                  "device_name": "synthetic CPU", "dtype": "float32", "git_sha": "0123456789abcdef",
+                  "stopped_by": "length", "completion": "text"}  # fmt: skip
+        for row in (ar_row(prompt), sps_row(prompt, k, ALPHA[sampling])):
+            if with_quality:
+                row |= quality(task, row["method"], prompt)
+            row["ms_per_token"] = 1e3 * row["wall_s"] / N
+            row["tokens_per_call"] = N / row["target_calls"]
+            rows.append(shared | row)
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def records() -> pd.DataFrame:
+    return synthetic_records()
+
+
+def true_speedup(sampling: str, k: int) -> float:
+    return theory.expected_speedup(ALPHA[sampling], k, C, scoring_cost(k))
+
+
+# --- theory ---------------------------------------------------------------------------------
+
+
+def test_thm_3_8_hand_values():
+    assert theory.expected_speedup(0.8, 8, 0.05) == pytest.approx(3.09, abs=0.01)
+    assert theory.expected_speedup(0.0, 3, 0.2) == pytest.approx(1 / (3 * 0.2 + 1))
+    assert theory.expected_speedup(1.0, 4, 0.1) == pytest.approx(5 / 1.4)
+    assert theory.expected_speedup(1 - 1e-12, 4, 0.1) == pytest.approx(5 / 1.4)
+    assert theory.expected_speedup(0.5, 2, 0.1, scoring_cost=2.0) == pytest.approx(1.75 / 2.2)
+    assert theory.expected_tokens_per_loop(0.5, 2) == pytest.approx(1.75)
+    np.testing.assert_allclose(theory.expected_tokens_per_loop(np.array([0.0, 1.0]), 3), [1, 4])
+
+
+def test_optimal_k():
+    assert theory.optimal_k(0.0, 0.1) == 1
+    assert theory.optimal_k(0.99, 0.0) == 16
+    speedups = [theory.expected_speedup(0.8, k, 0.05) for k in range(1, 17)]
+    assert theory.optimal_k(0.8, 0.05) == 1 + int(np.argmax(speedups))
+    assert theory.optimal_k(0.8, 0.05, {2: 1.0, 3: 5.0}) == 2
+    with pytest.raises(ValueError):
+        theory.optimal_k(0.8, 0.05, {32: 1.0})
+
+
+def test_estimate_parameters_recovers_the_synthetic_truth(records):
+    group = records[(records.task == "xsum") & (records.sampling == "t1")]
+    params = theory.estimate_parameters(group)
+    assert params["alpha"] == pytest.approx(0.6)
+    assert params["c"] == pytest.approx(C)
+    assert params["scoring_costs"] == pytest.approx({k: scoring_cost(k) for k in KS})
+
+
+def test_predicted_vs_measured(records):
+    frame = theory.predicted_vs_measured(records)
+    assert len(frame) == len(TASKS) * len(SAMPLINGS) * len(KS)
+    np.testing.assert_allclose(frame.ratio, 1.0, rtol=1e-9)
+    expected = [true_speedup(s, k) for s, k in zip(frame.sampling, frame.k, strict=True)]
+    np.testing.assert_allclose(frame.predicted, expected)
+
+
+# --- aggregate ------------------------------------------------------------------------------
+
+
+def test_paired_speedups(records):
+    pairs = paired_speedups(records)
+    assert len(pairs) == len(TASKS) * len(SAMPLINGS) * len(KS) * PROMPTS * REPEATS
+    expected = [true_speedup(s, k) for s, k in zip(pairs.sampling, pairs.k, strict=True)]
+    np.testing.assert_allclose(pairs.speedup, expected)
+    assert set(pairs.columns) >= {"ar_ms_per_token", "sps_ms_per_token", "speedup", "task"}
+
+
+def test_summary_by_k(records):
+    summary = summary_by_k(records).set_index(["task", "sampling", "k"])
+    row = summary.loc[("humaneval", "greedy", 3)]
+    tokens = theory.expected_tokens_per_loop(0.8, 3)
+    assert row.acceptance_per_loop == pytest.approx(tokens / 4)
+    assert row.alpha == pytest.approx(0.8)
+    assert row.sps_loop_ms == pytest.approx(np.mean([T_MS * drift(p) for p in range(5)]) * 1.45)
+    assert row.speedup == pytest.approx(true_speedup("greedy", 3))
+    assert row.speedup_low == pytest.approx(row.speedup) == pytest.approx(row.speedup_high)
+    assert row.ar_time_s == pytest.approx(np.mean([N * T_MS * drift(p) / 1e3 for p in range(5)]))
+    assert row.n_prompts == PROMPTS and row.n_runs == PROMPTS * REPEATS
+
+
+def test_bootstrap_ci_basics():
+    assert bootstrap_ci([2.0] * 10) == (2.0, 2.0)
+    low, high = bootstrap_ci([1.0, 2.0, 3.0, np.nan], np.mean, groups=["a", "b", "c", "d"])
+    assert 1.0 <= low <= 2.0 <= high <= 3.0
+    low, high = bootstrap_ci([1.0, 1.0, 5.0], np.mean, groups=["a", "a", "b"])  # unbalanced
+    assert 1.0 <= low <= high <= 5.0
+    assert np.isnan(bootstrap_ci([])[0])
+
+
+def test_bootstrap_ci_covers_the_true_speedup():
+    """Lognormal noise around a true paired speedup of 2: the 95% CI of the median covers 2."""
+    prompts, repeats, covered = 20, 2, 0
+    groups = np.repeat(np.arange(prompts), repeats)
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        prompt_effect = np.repeat(rng.normal(0, 0.1, prompts), repeats)
+        ar_ms = 30 * np.exp(prompt_effect + rng.normal(0, 0.05, prompts * repeats))
+        sps_ms = 15 * np.exp(prompt_effect + rng.normal(0, 0.05, prompts * repeats))
+        low, high = bootstrap_ci(ar_ms / sps_ms, np.median, n_boot=1000, seed=seed, groups=groups)
+        covered += low <= 2.0 <= high
+    assert covered >= 88
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+
+def test_table1_values(records):
+    table = tables.table1(records)
+    assert len(table) == len(TASKS) * len(SAMPLINGS) * (1 + len(KS))
+    key = ["method", "task", "sampling", "k"]
+    sps = table[table.method == "speculative"].set_index(key)
+    ar = table[table.method == "autoregressive"].set_index(["task", "sampling"])
+    xsum = sps.loc[("speculative", "xsum", "greedy", 2)]
+    assert xsum.metric == "ROUGE-2" and xsum.quality == pytest.approx(np.mean(ROUGE2_SPS))
+    assert xsum.quality_low <= xsum.quality <= xsum.quality_high
+    assert xsum.quality_diff == pytest.approx(0.01)
+    assert xsum.test == tables.WILCOXON and xsum.p_value == pytest.approx(1.0)
+    assert xsum.speedup == pytest.approx(true_speedup("greedy", 2))
+    per_token = (2 * C + scoring_cost(2)) / theory.expected_tokens_per_loop(0.8, 2)
+    ms = [per_token * T_MS * drift(p) for p in range(PROMPTS)]
+    assert xsum.ms_per_token == pytest.approx(np.median(ms))
+    code = sps.loc[("speculative", "humaneval", "t1", 4)]
+    assert code.metric == "pass@1" and code.quality == pytest.approx(0.8)
+    assert code.quality_diff == pytest.approx(0.2)
+    assert code.test == tables.SIGN and code.p_value == pytest.approx(1.0)  # 1 discordant prompt
+    assert ar.loc[("humaneval", "t1")].quality == pytest.approx(0.6)
+    assert ar.loc[("xsum", "t1")].ms_per_token == pytest.approx(T_MS * drift(2))
+    assert ar.k.isna().all() and np.isnan(ar.speedup).all()
+
+
+def test_paired_test_detects_a_difference():
+    diffs = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(12)], "diff_": [1.0] * 12})
+    name, p = tables.paired_test(diffs, "passed")
+    assert name == tables.SIGN and p == pytest.approx(2 * 0.5**12)
+    diffs["diff_"] = np.linspace(0.01, 0.12, 12)
+    name, p = tables.paired_test(diffs, "rouge2")
+    assert name == tables.WILCOXON and p < 0.001
+
+
+def test_to_markdown(records):
+    frame = pd.DataFrame({"name": ["a|b", None], "x": [1.23456, np.nan], "n": [1, 2]})
+    text = tables.to_markdown(frame, floatfmt=".3g")
+    assert text.splitlines() == [
+        "| name | x | n |",
+        "| --- | ---: | ---: |",
+        "| a\\|b | 1.23 | 1 |",
+        "|  |  | 2 |",
+    ]
+    display = tables.format_table1(tables.table1(records))
+    lines = tables.to_markdown(display).splitlines()
+    assert len(lines) == 2 + len(display) and all(line.startswith("| ") for line in lines)
+    assert "SpS (K=2)" in display.Method.values and "ArS" in display.Method.values
+
+
+# --- figures and report ---------------------------------------------------------------------
+
+FIGURE_FUNCTIONS = [
+    figures.time_vs_k_figure,
+    figures.acceptance_figure,
+    figures.loop_latency_figure,
+    figures.speedup_figure,
+]
+
+
+@pytest.mark.parametrize("make", FIGURE_FUNCTIONS, ids=lambda f: f.__name__)
+def test_figures(records, make):
+    fig = make(records)
+    assert isinstance(fig, Figure)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == len(TASKS) * len(SAMPLINGS)
+    assert {ax.get_title() for ax in axes} == {f"{t} | {s}" for t in TASKS for s in SAMPLINGS}
+    for ax in axes:
+        assert ax.get_xlabel().startswith("K") and ax.get_ylabel()
+        assert ax.get_legend() is not None
+    texts = " ".join(t.get_text() for t in fig.texts)
+    assert "tiny-target" in texts and "tiny-draft" in texts and "float32" in texts
+    assert fig._suptitle is not None and fig._suptitle.get_text()
+
+
+def test_speedup_figure_draws_the_theory(records):
+    ax = figures.speedup_figure(records).axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert any("Thm 3.8" in label for label in labels)
+
+
+def scoring_profile() -> pd.DataFrame:
+    rows = [{"model": m, "q": q, "repeat": r, "ms": base * (1 + 0.02 * (q - 1)) + 0.01 * r}
+            for m, base in (("target", 10.0), ("draft", 2.0)) for q in range(1, 17)
+            for r in range(3)]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_scoring_profile_figure():
+    fig = figures.scoring_profile_figure(scoring_profile(), "target X / draft Y | cpu | fp32")
+    (ax,) = fig.axes
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "free parallel scoring (y = 1)" in labels
+    assert any(label.startswith("target: median") for label in labels)
+    assert any(label.startswith("draft: median") for label in labels)
+    assert ax.get_xlabel().startswith("q") and "relative to q = 1" in ax.get_ylabel()
+
+
+def write_experiment(tmp_path: Path, frame: pd.DataFrame, profile: bool = False) -> Path:
+    out = tmp_path / "synthetic"
+    out.mkdir()
+    frame.to_parquet(out / "records.parquet", index=False)
+    if profile:
+        scoring_profile().to_parquet(out / "scoring_profile.parquet", index=False)
+    return out
+
+
+def test_report_writes_everything(tmp_path, records):
+    out = write_experiment(tmp_path, records, profile=True)
+    written = report(out)
+    names = {p.relative_to(out).as_posix() for p in written}
+    stems = ["time_vs_k", "acceptance_vs_k", "loop_latency_vs_k", "speedup_vs_k", "scoring_profile"]
+    figs = {f"figures/{s}.{ext}" for s in stems for ext in ("png", "pdf")}
+    assert names == {"table1.csv", "table1.md", "summary.csv", "theory.csv"} | figs
+    assert all(p.is_file() and p.stat().st_size > 0 for p in written)
+    assert pd.read_csv(out / "summary.csv").shape[0] == len(TASKS) * len(SAMPLINGS) * len(KS)
+    assert pd.read_csv(out / "theory.csv").ratio.sub(1).abs().max() < 1e-9
+    assert (out / "table1.md").read_text().startswith("| Method |")
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_report_skips_what_does_not_apply(tmp_path):
+    one_k = synthetic_records(ks=(4,), with_quality=False)
+    out = write_experiment(tmp_path, one_k)
+    names = {p.name for p in report(out)}
+    assert names == {"table1.csv", "table1.md", "summary.csv", "theory.csv"}
+    assert pd.read_csv(out / "table1.csv").quality.isna().all()
+
+
+def test_report_profile_only(tmp_path):
+    out = tmp_path / "scoring_profile"
+    out.mkdir()
+    profile = scoring_profile().assign(target="tiny-target", draft="tiny-draft", dtype="float32")
+    profile.to_parquet(out / "scoring_profile.parquet", index=False)
+    names = {p.relative_to(out).as_posix() for p in report(out)}
+    assert names == {"figures/scoring_profile.png", "figures/scoring_profile.pdf"}
+    with pytest.raises(FileNotFoundError):
+        report(tmp_path)
+
+
+def test_cli_gather(tmp_path, records, capsys):
+    job = tmp_path / "exp" / "job0"
+    job.mkdir(parents=True)
+    records.to_parquet(job / "records.parquet", index=False)
+    (job / "summary.json").write_text("{}")
+    assert analysis_cli.main(["gather", str(tmp_path / "exp")]) == 0
+    assert f"records.parquet: {len(records)} rows" in capsys.readouterr().out
+    assert len(pd.read_parquet(tmp_path / "exp" / "records.parquet")) == len(records)
+
+
+def small_sweep(records: pd.DataFrame) -> pd.DataFrame:
+    """One task and sampling mode at K = 1, 2: the least that every figure applies to."""
+    return records[(records.task == "xsum") & (records.sampling == "greedy") & (records.k <= 2)]
+
+
+def test_cli_figures(tmp_path, records, capsys):
+    out = write_experiment(tmp_path, small_sweep(records))
+    command = [sys.executable, "-m", "specbench.analysis", "figures", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "12 files written" in done.stdout
+    assert (out / "figures" / "speedup_vs_k.pdf").is_file() and (out / "table1.md").is_file()
+    assert analysis_cli.main(["figures", str(tmp_path / "missing")]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_notebook_runs(tmp_path, records, monkeypatch):
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    results = tmp_path / "results"
+    results.mkdir()
+    write_experiment(results, small_sweep(records))
+    path = ROOT / "notebooks" / "figures.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code")
+    monkeypatch.setenv("SPECBENCH_RESULTS", str(results))
+    monkeypatch.setenv("SPECBENCH_EXPERIMENT", "synthetic")
+    nbclient.NotebookClient(
+        notebook, timeout=120, resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
+    printed = json.dumps([o.get("text", "") for o in outputs])
+    assert "No records" not in printed and "synthetic CPU" in printed
