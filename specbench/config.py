@@ -142,6 +142,10 @@ class BenchConfig:
     max_new_tokens: int | None = None  # caps the task's budget; None = the task's own
     seed: int = 0
     baseline: bool = True  # time the autoregressive baseline beside the decoder
+    # Generate exactly the token budget, ignoring EOS and stop strings (the paper's "time to
+    # generate N tokens"; equal token counts in every pair). Quality is still scored on the
+    # completion cut at the task's first stop string.
+    fixed_length: bool = False
 
     def __post_init__(self) -> None:
         _require(self.warmup >= 0, "bench.warmup must be >= 0")

@@ -54,7 +54,7 @@ class Prepared:
     prompts: list[Prompt]
     tokenizer: Any
     vocab_size: int
-    stop: StopCondition
+    stop: StopCondition | None
     score: Scorer
 
     @property
@@ -79,6 +79,8 @@ def prepare(job: SpecBenchConfig) -> Prepared:
     if uses_draft:
         vocab_size = check_tokenizers(tokenizer, load_tokenizer(job.draft, job.backend.dtype))
     stop = StopCondition.from_tokenizer(tokenizer, job.task.stop_strings)
+    if job.bench.fixed_length:
+        stop = None
     return Prepared(job, prompts, tokenizer, vocab_size, stop, score)
 
 

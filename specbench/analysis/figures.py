@@ -6,6 +6,7 @@ the figures of the records table have one panel per (task, sampling mode).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 
 import numpy as np
@@ -60,8 +61,10 @@ def _grid(n: int, width: float = 4.3, height: float = 3.4) -> tuple[Figure, list
 def _finish(fig: Figure, title: str, text: str) -> Figure:
     """Title on top, caption at the bottom, panels laid out between them."""
     fig.suptitle(title)
-    fig.text(0.5, 0.01, text, ha="center", va="bottom", fontsize=8, color="0.3")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    width = max(40, int(fig.get_figwidth() * 14))  # ~14 characters per inch at 8 pt
+    wrapped = "\n".join(textwrap.wrap(text, width, break_long_words=False))
+    fig.text(0.5, 0.01, wrapped, ha="center", va="bottom", fontsize=8, color="0.3")
+    fig.tight_layout(rect=(0, 0.03 + 0.025 * wrapped.count("\n") + 0.02, 1, 1))
     return fig
 
 
