@@ -359,3 +359,21 @@ def test_notebook_runs(tmp_path, records, monkeypatch):
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
     printed = json.dumps([o.get("text", "") for o in outputs])
     assert "No records" not in printed and "synthetic CPU" in printed
+
+
+@pytest.mark.parametrize("experiment", ["paper_xsum_greedy", "paper_humaneval"])
+def test_notebook_runs_on_committed_results(experiment, monkeypatch):
+    """The notebook walks through the reference results committed under results/."""
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    if not (ROOT / "results" / experiment / "records.parquet").is_file():
+        pytest.skip(f"no committed results/{experiment}")
+    notebook = nbformat.read(ROOT / "notebooks" / "figures.ipynb", as_version=4)
+    monkeypatch.setenv("SPECBENCH_RESULTS", str(ROOT / "results"))
+    monkeypatch.setenv("SPECBENCH_EXPERIMENT", experiment)
+    nbclient.NotebookClient(
+        notebook, timeout=120, resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
