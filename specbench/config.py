@@ -49,6 +49,7 @@ class ModelConfig:
     source: str = ""  # hub id or local directory (hf), packaged model name (packaged)
     revision: str = "main"
     tokenizer: str = ""  # defaults to source
+    dtype: str | None = None  # overrides backend.dtype for this model (e.g. an fp32 draft)
     tiny: TinySpec = field(default_factory=TinySpec)
 
     def __post_init__(self) -> None:
@@ -60,6 +61,14 @@ class ModelConfig:
             self.loader == "tiny" or bool(self.source),
             f"model {self.name!r}: loader={self.loader} needs a source",
         )
+        _require(
+            self.dtype is None or self.dtype in DTYPES,
+            f"model {self.name!r}: dtype must be one of {DTYPES} or null, got {self.dtype!r}",
+        )
+
+    def torch_dtype_name(self, backend_dtype: str) -> str:
+        """This model's dtype: its own override, else the backend's."""
+        return self.dtype or backend_dtype
 
 
 @dataclass

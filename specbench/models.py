@@ -54,9 +54,9 @@ def _load_hf(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(
-        _checkpoint(cfg, backend.dtype),
+        _checkpoint(cfg, cfg.torch_dtype_name(backend.dtype)),
         revision=cfg.revision,
-        dtype=TORCH_DTYPES[backend.dtype],
+        dtype=TORCH_DTYPES[cfg.torch_dtype_name(backend.dtype)],
         attn_implementation=backend.attn_implementation,
         device_map=backend.device_map,
     )
@@ -74,7 +74,8 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     log.info("loading %s (%s %s)", cfg.name, cfg.loader, cfg.source or cfg.tiny.family)
     model = MODEL_LOADERS[cfg.loader](cfg, backend)
     if backend.device_map is None:
-        model = model.to(device=backend.device, dtype=TORCH_DTYPES[backend.dtype])
+        dtype = TORCH_DTYPES[cfg.torch_dtype_name(backend.dtype)]
+        model = model.to(device=backend.device, dtype=dtype)
     return model.eval()
 
 

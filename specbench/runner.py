@@ -74,10 +74,11 @@ def prepare(job: SpecBenchConfig) -> Prepared:
     uses_draft = job.decoder.name in ("speculative", "scoring_profile")
     for model in (job.target, job.draft) if uses_draft else (job.target,):
         preflight(model)
-    tokenizer = load_tokenizer(job.target, job.backend.dtype)
+    tokenizer = load_tokenizer(job.target, job.target.torch_dtype_name(job.backend.dtype))
     vocab_size = len(tokenizer)
     if uses_draft:
-        vocab_size = check_tokenizers(tokenizer, load_tokenizer(job.draft, job.backend.dtype))
+        draft_dtype = job.draft.torch_dtype_name(job.backend.dtype)
+        vocab_size = check_tokenizers(tokenizer, load_tokenizer(job.draft, draft_dtype))
     stop = StopCondition.from_tokenizer(tokenizer, job.task.stop_strings)
     if job.bench.fixed_length:
         stop = None
@@ -203,7 +204,8 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "draft": job.draft.name if uses_draft else "",
         "backend": job.backend.name,
         "device": job.backend.device,
-        "dtype": job.backend.dtype,
+        "dtype": job.target.torch_dtype_name(job.backend.dtype),
+        "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",
         "task": job.task.name,
         "max_new_tokens": job.max_new_tokens,
     }

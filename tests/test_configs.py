@@ -32,6 +32,12 @@ def test_every_group_option_validates(compose_cfg, override):
     to_config(compose_cfg([override]))
 
 
+def test_a_model_can_override_the_backend_dtype(compose_cfg):
+    job = to_config(compose_cfg(["backend=cpu_bf16", "draft.dtype=float32"]))
+    assert job.draft.torch_dtype_name(job.backend.dtype) == "float32"
+    assert job.target.torch_dtype_name(job.backend.dtype) == "bfloat16"
+
+
 def test_model_group_is_placed_twice(compose_cfg):
     job = to_config(compose_cfg(["model@draft=qwen25_05b", "model@target=qwen25_7b"]))
     assert (job.draft.source, job.target.source) == ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B")
@@ -48,6 +54,7 @@ def test_model_group_is_placed_twice(compose_cfg):
         (["bench.max_new_tokens=0"], "max_new_tokens must be >= 1"),
         (["bench.repeats=0"], "repeats"),
         (["backend.dtype=fp8"], "backend.dtype"),
+        (["draft.dtype=fp8"], "dtype must be one of"),
         (
             ["task.loader=jsonl", "+task.options.path=/nonexistent/data.jsonl"],
             "data file not found",

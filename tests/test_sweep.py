@@ -107,12 +107,15 @@ def test_hf_loader_reads_a_local_checkpoint(tmp_path, saved_tiny_dirs):
     out = run_cli(
         "+experiment=smoke", f"results_dir={tmp_path}", "target.loader=hf",
         f"target.source={path}", "draft.loader=hf", f"draft.source={path}",
-        "sampling=greedy",
+        "sampling=greedy", "draft.dtype=bfloat16",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     records = pd.read_parquet(tmp_path / "smoke" / "records.parquet")
     spec = records[records.method == "speculative"]
-    assert (spec.accepted == spec.proposed).all()  # draft == target: greedy accepts everything
+    assert set(records.draft_dtype) == {"bfloat16"} and set(records.dtype) == {"float32"}
+    # draft == target up to bf16 rounding of the draft: greedy accepts most drafts, and the
+    # output is still exactly the fp32 target's greedy output (checked below)
+    assert spec.accepted.sum() >= 0.75 * spec.proposed.sum()
     by_method = records.pivot_table(index=["prompt_id", "repeat"], columns="method",
                                     values="completion", aggfunc="first")  # fmt: skip
     assert (by_method.speculative == by_method.autoregressive).all()
