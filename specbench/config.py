@@ -23,7 +23,8 @@ def _require(condition: bool, message: str) -> None:
 MODEL_LOADERS = ("tiny", "hf", "packaged")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "mps")
-DECODERS = ("autoregressive", "speculative", "scoring_profile")
+DECODERS = ("autoregressive", "speculative", "hf_generate", "hf_assisted", "scoring_profile")
+USES_DRAFT = ("speculative", "hf_assisted", "scoring_profile")
 TRACKING_MODES = ("disabled", "offline", "online")
 
 
@@ -151,6 +152,7 @@ class BenchConfig:
     max_new_tokens: int | None = None  # caps the task's budget; None = the task's own
     seed: int = 0
     baseline: bool = True  # time the autoregressive baseline beside the decoder
+    compare_hf: bool = False  # also time transformers' generate (and assisted generation)
     # Generate exactly the token budget, ignoring EOS and stop strings (the paper's "time to
     # generate N tokens"; equal token counts in every pair). Quality is still scored on the
     # completion cut at the task's first stop string.

@@ -18,8 +18,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from .config import ConfigError, SpecBenchConfig
+from .config import USES_DRAFT, ConfigError, SpecBenchConfig
 from .decoding import GenerationResult, StopCondition, autoregressive_generate, speculative_generate
+from .decoding.hf import hf_generate
 from .models import ModelPool, check_tokenizers, load_tokenizer, preflight
 from .profile import run_profile
 from .provenance import provenance
@@ -59,19 +60,23 @@ class Prepared:
 
     @property
     def uses_draft(self) -> bool:
-        return self.job.decoder.name in ("speculative", "scoring_profile")
+        return self.job.decoder.name in USES_DRAFT
 
     @property
     def methods(self) -> list[str]:
-        baseline = self.job.bench.baseline and self.job.decoder.name != "autoregressive"
-        return [self.job.decoder.name] + (["autoregressive"] if baseline else [])
+        """The decoder, then the baselines timed beside it on every prompt."""
+        name, bench = self.job.decoder.name, self.job.bench
+        extra = ["autoregressive"] if bench.baseline else []
+        if bench.compare_hf:
+            extra += ["hf_generate"] + (["hf_assisted"] if self.uses_draft else [])
+        return [name] + [m for m in extra if m != name]
 
 
 def prepare(job: SpecBenchConfig) -> Prepared:
     """Cheap checks that must pass before any model loads."""
     score = scorer(job.task)
     prompts = load_prompts(job.task, job.bench.num_prompts)
-    uses_draft = job.decoder.name in ("speculative", "scoring_profile")
+    uses_draft = job.decoder.name in USES_DRAFT
     for model in (job.target, job.draft) if uses_draft else (job.target,):
         preflight(model)
     tokenizer = load_tokenizer(job.target, job.target.torch_dtype_name(job.backend.dtype))
@@ -88,6 +93,7 @@ def prepare(job: SpecBenchConfig) -> Prepared:
 def generate(
     method: str, prep: Prepared, models: tuple, ids: torch.Tensor, gen: torch.Generator, n: int
 ) -> GenerationResult:
+    """Run one timed generation of `method` (a name in METHODS) on one prompt."""
     target, draft = models
     common = dict(
         max_new_tokens=n,
@@ -96,9 +102,14 @@ def generate(
         stop=prep.stop,
         vocab_size=prep.vocab_size,
     )
-    if method == "speculative":
-        return speculative_generate(target, draft, ids, k=prep.job.decoder.k, **common)
-    return autoregressive_generate(target, ids, **common)
+    k = prep.job.decoder.k
+    methods = {
+        "speculative": lambda: speculative_generate(target, draft, ids, k=k, **common),
+        "autoregressive": lambda: autoregressive_generate(target, ids, **common),
+        "hf_generate": lambda: hf_generate(target, ids, **common),
+        "hf_assisted": lambda: hf_generate(target, ids, draft=draft, k=k, **common),
+    }
+    return methods[method]()
 
 
 def derive_seed(base: int, prompt_index: int, repeat: int) -> int:
@@ -144,7 +155,7 @@ def result_row(
     job = prep.job
     return {
         "method": method,
-        "k": job.decoder.k if job.decoder.name == "speculative" else 0,
+        "k": job.decoder.k if job.decoder.name in ("speculative", "hf_assisted") else 0,
         "prompt_id": prompt.id,
         "repeat": repeat,
         "seed": seed,

@@ -7,15 +7,23 @@ import pandas as pd
 QUALITY = ("rouge2", "passed")  # XSum ROUGE-2 F, HumanEval pass@1
 
 
-def _paired_speedup(records: pd.DataFrame) -> pd.Series:
+HF_PAIRS = {
+    "ar_vs_hf": ("hf_generate", "autoregressive"),
+    "sps_vs_hf": ("hf_assisted", "speculative"),
+}
+
+
+def _paired_ratio(records: pd.DataFrame, slow: str, fast: str) -> float:
+    """Median over (job, prompt, repeat) of ms/token of `slow` over ms/token of `fast`."""
     wide = records.pivot_table(
         index=["job", "prompt_id", "repeat"], columns="method", values="ms_per_token"
     )
-    return wide["autoregressive"] / wide["speculative"]
+    return float((wide[slow] / wide[fast]).median())
 
 
 def summary_table(records: pd.DataFrame) -> str:
-    """One line per (task, sampling, k): ms/token, median paired speedup, acceptance, quality."""
+    """One line per (task, sampling, k): ms/token, median paired speedup, acceptance, quality;
+    with bench.compare_hf also ours vs transformers' generate / assisted generation."""
     lines = []
     for (task, sampling, k), g in records.groupby(["task", "sampling", "k"]):
         sps, ar = g[g.method == "speculative"], g[g.method == "autoregressive"]
@@ -23,10 +31,13 @@ def summary_table(records: pd.DataFrame) -> str:
         row["ar_ms/tok"] = ar.ms_per_token.median() if len(ar) else float("nan")
         row["sps_ms/tok"] = sps.ms_per_token.median() if len(sps) else float("nan")
         if len(sps) and len(ar):
-            row["speedup"] = _paired_speedup(g).median()
+            row["speedup"] = _paired_ratio(g, "autoregressive", "speculative")
         if len(sps):
             row["accept"] = sps.accepted.sum() / max(sps.proposed.sum(), 1)
             row["alpha"] = sps.alpha.mean()
+        for name, (theirs, ours) in HF_PAIRS.items():  # > 1: ours is faster than transformers'
+            if {theirs, ours} <= set(g.method):
+                row[name] = _paired_ratio(g, theirs, ours)
         for col in QUALITY:
             if col in g and g[col].notna().any():
                 row[f"{col}_ar"] = ar[col].mean()

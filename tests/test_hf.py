@@ -1,0 +1,73 @@
+"""Parity with transformers: our decoders against `generate` and assisted generation."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from conftest import run_cli
+
+from specbench import SamplingParams, StopCondition, autoregressive_generate
+from specbench.decoding.hf import hf_generate
+from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
+
+GREEDY = SamplingParams(0.0)
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def pair(request):
+    target = tiny_model(request.param, seed=1)
+    return target, perturbed_copy(target, noise=0.1, seed=2)
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return byte_tokenizer()("def add(a, b):\n", return_tensors="pt").input_ids
+
+
+def test_greedy_autoregressive_equals_transformers_generate(pair, ids):
+    target, draft = pair
+    ours = autoregressive_generate(target, ids, max_new_tokens=40, sampling=GREEDY, generator=None)
+    theirs = hf_generate(target, ids, max_new_tokens=40, sampling=GREEDY, generator=None)
+    assisted = hf_generate(
+        target, ids, max_new_tokens=40, sampling=GREEDY, generator=None, draft=draft, k=4
+    )
+    assert ours.tokens == theirs.tokens == assisted.tokens
+    assert len(ours.tokens) == 40
+
+
+def test_stop_strings_cut_the_same_place(pair, ids):
+    target, _ = pair
+    tok = byte_tokenizer()
+    full = autoregressive_generate(target, ids, max_new_tokens=40, sampling=GREEDY, generator=None)
+    stop = StopCondition(stop_strings=(tok.decode(full.tokens[10:12]),), tokenizer=tok)
+    ours = autoregressive_generate(
+        target, ids, max_new_tokens=40, sampling=GREEDY, generator=None, stop=stop
+    )
+    theirs = hf_generate(target, ids, max_new_tokens=40, sampling=GREEDY, generator=None, stop=stop)
+    assert ours.tokens == theirs.tokens and ours.stopped_by == "stop_string"
+
+
+def test_sampling_is_seeded_by_the_generator_and_leaves_global_rng_alone(pair, ids):
+    target, draft = pair
+    params = SamplingParams(1.0, top_p=0.9)
+
+    def run(seed):
+        gen = torch.Generator().manual_seed(seed)
+        kwargs = dict(max_new_tokens=20, sampling=params, generator=gen, draft=draft, k=3)
+        return hf_generate(target, ids, **kwargs).tokens
+
+    before = torch.random.get_rng_state()
+    assert run(5) == run(5) != run(6)
+    assert torch.equal(before, torch.random.get_rng_state())
+
+
+def test_compare_hf_adds_both_methods_to_the_records(tmp_path):
+    out = run_cli("+experiment=smoke", "bench.compare_hf=true", f"results_dir={tmp_path}")
+    assert out.returncode == 0, out.stderr
+    records = pd.read_parquet(tmp_path / "smoke" / "records.parquet")
+    methods = ["speculative", "autoregressive", "hf_generate", "hf_assisted"]
+    assert sorted(records.method.unique()) == sorted(methods)
+    assert (records.groupby("method").size() == 4).all()  # 2 prompts x 2 repeats each
+    assert set(records[records.method == "hf_assisted"].k) == {4}
+    assert "ar_vs_hf" in out.stdout and "sps_vs_hf" in out.stdout
