@@ -340,36 +340,13 @@ def test_cli_figures(tmp_path, records, capsys):
     assert "error" in capsys.readouterr().err
 
 
-def test_notebook_runs(tmp_path, records, monkeypatch):
+def execute_notebook(results: Path, experiment: str, monkeypatch) -> list:
+    """Run notebooks/figures.ipynb on results/<experiment>; its outputs, errors asserted away."""
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
-    results = tmp_path / "results"
-    results.mkdir()
-    write_experiment(results, small_sweep(records))
-    path = ROOT / "notebooks" / "figures.ipynb"
-    notebook = nbformat.read(path, as_version=4)
+    notebook = nbformat.read(ROOT / "notebooks" / "figures.ipynb", as_version=4)
     assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code")
     monkeypatch.setenv("SPECBENCH_RESULTS", str(results))
-    monkeypatch.setenv("SPECBENCH_EXPERIMENT", "synthetic")
-    nbclient.NotebookClient(
-        notebook, timeout=120, resources={"metadata": {"path": str(ROOT)}}
-    ).execute()
-    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
-    printed = json.dumps([o.get("text", "") for o in outputs])
-    assert "No records" not in printed and "synthetic CPU" in printed
-
-
-@pytest.mark.parametrize("experiment", ["paper_xsum_greedy", "paper_humaneval"])
-def test_notebook_runs_on_committed_results(experiment, monkeypatch):
-    """The notebook walks through the reference results committed under results/."""
-    nbclient = pytest.importorskip("nbclient")
-    nbformat = pytest.importorskip("nbformat")
-    if not (ROOT / "results" / experiment / "records.parquet").is_file():
-        pytest.skip(f"no committed results/{experiment}")
-    notebook = nbformat.read(ROOT / "notebooks" / "figures.ipynb", as_version=4)
-    monkeypatch.setenv("SPECBENCH_RESULTS", str(ROOT / "results"))
     monkeypatch.setenv("SPECBENCH_EXPERIMENT", experiment)
     nbclient.NotebookClient(
         notebook, timeout=120, resources={"metadata": {"path": str(ROOT)}}
@@ -377,3 +354,21 @@ def test_notebook_runs_on_committed_results(experiment, monkeypatch):
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
+    return outputs
+
+
+def test_notebook_runs(tmp_path, records, monkeypatch):
+    results = tmp_path / "results"
+    results.mkdir()
+    write_experiment(results, small_sweep(records))
+    outputs = execute_notebook(results, "synthetic", monkeypatch)
+    printed = json.dumps([o.get("text", "") for o in outputs])
+    assert "No records" not in printed and "synthetic CPU" in printed
+
+
+@pytest.mark.parametrize("experiment", ["paper_xsum_greedy", "paper_humaneval"])
+def test_notebook_runs_on_committed_results(experiment, monkeypatch):
+    """The notebook walks through the reference results committed under results/."""
+    if not (ROOT / "results" / experiment / "records.parquet").is_file():
+        pytest.skip(f"no committed results/{experiment}")
+    execute_notebook(ROOT / "results", experiment, monkeypatch)
