@@ -78,6 +78,7 @@ def speculative_generate(
     ids[:, :prompt_len] = input_ids
     n = prompt_len  # ids[:, :n] is the sequence so far
     result = GenerationResult(tokens=[], wall_s=0.0, target_calls=0)
+    betas = []  # per-iteration beta tensors, read back once at the end (no extra sync per loop)
     while n - prompt_len < max_new_tokens:
         k_now = min(k, max_new_tokens - (n - prompt_len) - 1)  # never draft past the budget
         draft_probs = _draft_block(dlm, ids, n, k_now, sampling, generator)  # (1, K, V)
@@ -86,12 +87,11 @@ def speculative_generate(
         clock.lap("target")
         target_probs = logits_to_probs(logits, sampling)  # (1, K+1, V)
         n_acc, next_id = verify(ids[:, n : n + k_now], draft_probs, target_probs, generator)
-        accepted = int(n_acc)  # the one host sync of the iteration
+        accepted = int(n_acc)  # host sync: the crop lengths and stop checks need it
         ids[:, n + accepted] = next_id
-        beta = expected_acceptance(target_probs[:, :k_now], draft_probs)[0, : accepted + 1]
+        betas.append(expected_acceptance(target_probs[:, :k_now], draft_probs)[0, : accepted + 1])
         result.accepted.append(accepted)
         result.proposed.append(k_now)
-        result.expected_acceptance.extend(beta.tolist())
         new = ids[0, n : n + accepted + 1].tolist()
         n += accepted + 1
         tlm.rollback(tlm.length - (n - 1))  # keep all but the newest token
@@ -103,6 +103,8 @@ def speculative_generate(
             del result.tokens[hit[0] :]
             result.stopped_by = hit[1]
             break
+    result.expected_acceptance = torch.cat(betas).tolist()
+    clock.lap("overhead")
     result.wall_s = clock.total()
     result.target_calls, result.draft_calls = tlm.calls, dlm.calls
     result.draft_s = clock.buckets.get("draft", 0.0)
