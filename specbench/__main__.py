@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 from .config import ConfigError, register_configs
 from .models import ModelPool
+from .records import FAILURES, write_failure
 from .runner import run
 
+CONF = Path(__file__).resolve().parent.parent / "conf"  # absolute: also for the console script
 POOL = ModelPool()  # models live as long as this process: a K sweep loads its pair once
+FAILED: list[str] = []  # "job: error" for each job of this process that raised
+JOB_DIRS: list[Path] = []  # every job this process ran or skipped
+log = logging.getLogger("specbench")
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENOSPC)
 
 
 def job_dirname(override_dirname: str) -> str:
@@ -22,15 +33,55 @@ def job_dirname(override_dirname: str) -> str:
     return re.sub(r"[^\w.,=@+-]", "_", override_dirname) or "default"
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")
 def _job(cfg: DictConfig) -> None:
-    hydra_cfg = HydraConfig.get()
+    """One job. A config mistake stops everything (exit 2); any other error is recorded in the
+    job's failure.json (retried on the next run) and the sweep goes on."""
+    job_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        job_dir = Path(hydra_cfg.runtime.output_dir)
         run(cfg, POOL, job_dir, job_dir.name)
     except ConfigError as err:
-        print(f"specbench: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        _exit_error(str(err), 2)
+    except Exception as err:  # recorded with its traceback, counted, reported at the end
+        log.exception("job %s failed", job_dir.name)
+        row = write_failure(job_dir, job_dir.name, err)
+        FAILED.append(f"{row['job']}: {row['error_type']}: {row['error']}"[:300])
+        JOB_DIRS.append(job_dir)
+        return
+    JOB_DIRS.append(job_dir)
+
+
+def failure_line() -> str | None:
+    """'N of M jobs failed ...' when any job of this process failed, else None."""
+    if not FAILED:
+        return None
+    where = JOB_DIRS[-1].parent / FAILURES if JOB_DIRS else FAILURES
+    return (
+        f"{len(FAILED)} of {len(JOB_DIRS)} jobs failed ({'; '.join(FAILED[:3])}"
+        f"{'; ...' if len(FAILED) > 3 else ''}); errors in {where}; "
+        "rerun the same command to retry them (finished jobs are skipped)"
+    )
+
+
+def hydra_error_line(err: HydraException) -> str:
+    """One line for a composition mistake: what is wrong, then how to fix it."""
+    first = str(err).strip().splitlines()[0].removeprefix("In 'config': ").rstrip(".")
+    if isinstance(err, MissingConfigException) and err.options:
+        return (
+            f"{first}; choose one of: {', '.join(err.options)} "
+            "(`python -m specbench --help` lists every group)"
+        )
+    cause = err.__cause__
+    detail = f": {str(cause).strip().splitlines()[0]}" if cause and str(cause).strip() else ""
+    return (
+        f"{first}{detail}; check the key's spelling and the value's type "
+        "(`python -m specbench --cfg job` prints every key with its value)"
+    )
+
+
+def _exit_error(line: str, code: int) -> NoReturn:
+    print(f"specbench: error: {line}", file=sys.stderr)
+    sys.exit(code)
 
 
 def flags_first(argv: list[str]) -> list[str]:
@@ -44,7 +95,21 @@ def main() -> None:
     sys.argv[1:] = flags_first(sys.argv[1:])
     OmegaConf.register_new_resolver("sb_jobdir", job_dirname, replace=True)
     register_configs()
-    _job()
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises; we print one line
+    try:
+        _job()
+    except HydraException as err:
+        _exit_error(hydra_error_line(err), 2)
+    except OSError as err:
+        if err.errno not in UNWRITABLE:
+            raise
+        _exit_error(
+            f"cannot write the results directory ({err.strerror}: {err.filename}); "
+            "set results_dir= to a directory you can write",
+            2,
+        )
+    if line := failure_line():
+        _exit_error(line, 1)
 
 
 if __name__ == "__main__":

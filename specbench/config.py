@@ -20,12 +20,16 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-MODEL_LOADERS = ("tiny", "hf", "packaged")
+MODEL_LOADERS = ("tiny", "hf", "packaged", "shape")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "mps")
-DECODERS = ("autoregressive", "speculative", "hf_generate", "hf_assisted", "scoring_profile")
-USES_DRAFT = ("speculative", "hf_assisted", "scoring_profile")
+DECODERS = (
+    "autoregressive", "speculative", "hf_generate", "hf_assisted", "scoring_profile", "replay",
+)  # fmt: skip
+USES_DRAFT = ("speculative", "hf_assisted", "scoring_profile", "replay")
 TRACKING_MODES = ("disabled", "offline", "online")
+JOB_KINDS = ("time", "audit")  # bench.kind; decoder=scoring_profile runs the profile job
+AUDITABLE = ("speculative", "hf_assisted", "autoregressive", "hf_generate")
 
 
 @dataclass
@@ -52,6 +56,7 @@ class ModelConfig:
     tokenizer: str = ""  # defaults to source
     dtype: str | None = None  # overrides backend.dtype for this model (e.g. an fp32 draft)
     tiny: TinySpec = field(default_factory=TinySpec)
+    shape: dict[str, Any] = field(default_factory=dict)  # loader=shape: config fields to change
 
     def __post_init__(self) -> None:
         _require(
@@ -80,8 +85,10 @@ class BackendConfig:
     device: str = "cpu"
     dtype: str = "float32"
     attn_implementation: str = "sdpa"
-    compile: bool = False
-    device_map: str | None = None  # e.g. "auto" to spread a large target over GPUs
+    compile: bool = False  # torch.compile decode steps (implies static_cache); for GPUs
+    static_cache: bool = False  # preallocated KV cache, rollback by position (gpt-fast style)
+    device_map: str | None = None  # the target only: "auto" spreads it over GPUs (accelerate)
+    tp_plan: str | None = None  # the target only: "auto" = transformers tensor parallel (torchrun)
     num_threads: int | None = None  # torch intra-op threads on CPU; None keeps torch's choice
 
     def __post_init__(self) -> None:
@@ -89,6 +96,10 @@ class BackendConfig:
         _require(self.dtype in DTYPES, f"backend.dtype must be one of {DTYPES}, got {self.dtype}")
         _require(
             self.num_threads is None or self.num_threads >= 1, "backend.num_threads must be >= 1"
+        )
+        _require(
+            self.device_map is None or self.tp_plan is None,
+            "backend: set device_map (accelerate placement) or tp_plan (tensor parallel), not both",
         )
 
 
@@ -99,6 +110,8 @@ class DecoderConfig:
     name: str = "speculative"
     k: int = 4  # draft tokens per iteration
     max_q: int = 16  # scoring_profile: forward latency for q = 1..max_q new tokens
+    trace: str = ""  # replay: a results dir (experiment or job) or an iterations parquet file
+    trace_job: str = ""  # replay: which job of a trace holding several (its folder name)
 
     def __post_init__(self) -> None:
         _require(self.name in DECODERS, f"decoder must be one of {DECODERS}, got {self.name!r}")
@@ -157,8 +170,10 @@ class BenchConfig:
     # generate N tokens"; equal token counts in every pair). Quality is still scored on the
     # completion cut at the task's first stop string.
     fixed_length: bool = False
+    kind: str = "time"  # time: interleaved timing; audit: exactness audit of the decoder
 
     def __post_init__(self) -> None:
+        _require(self.kind in JOB_KINDS, f"bench.kind must be one of {JOB_KINDS}: {self.kind!r}")
         _require(self.warmup >= 0, "bench.warmup must be >= 0")
         _require(self.repeats >= 1, "bench.repeats must be >= 1")
         _require(self.num_prompts >= 1, "bench.num_prompts must be >= 1")
@@ -166,6 +181,33 @@ class BenchConfig:
             self.max_new_tokens is None or self.max_new_tokens >= 1,
             "bench.max_new_tokens must be >= 1 (or null for the task's budget)",
         )
+
+
+@dataclass
+class AuditConfig:
+    """Exactness audit (bench.kind=audit): samples per prefix and the tests' settings."""
+
+    num_samples: int = 300  # continuations drawn per prefix (bench.num_prompts prefixes)
+    top_m: int = 20  # tested tokens: the exact law's top-M, plus one "rest" bucket
+    second_token_firsts: int = 3  # second-token tests given the F likeliest first tokens
+    min_conditional: int = 30  # fewest samples behind a second-token test
+    min_expected: float = 5.0  # chi-square cells expected below this are pooled
+    alpha: float = 0.01  # family-wise (Holm) level of the "biased" verdict
+    suspicious_alpha: float = 0.1  # family-wise level of "suspicious"
+    bootstrap: int = 1000  # resamples for the TV interval and the null TV
+
+    def __post_init__(self) -> None:
+        _require(self.num_samples >= 20, "audit.num_samples must be >= 20")
+        _require(self.top_m >= 1, "audit.top_m must be >= 1")
+        _require(self.second_token_firsts >= 0, "audit.second_token_firsts must be >= 0")
+        _require(self.min_conditional >= 1, "audit.min_conditional must be >= 1")
+        _require(self.min_expected > 0, "audit.min_expected must be > 0")
+        _require(0 < self.alpha < 1, f"audit.alpha must be in (0, 1), got {self.alpha}")
+        _require(
+            self.alpha <= self.suspicious_alpha < 1,
+            "audit.suspicious_alpha must be in [audit.alpha, 1)",
+        )
+        _require(self.bootstrap >= 100, "audit.bootstrap must be >= 100")
 
 
 @dataclass
@@ -194,6 +236,24 @@ class SpecBenchConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
+
+    def __post_init__(self) -> None:
+        if self.bench.kind != "audit":
+            return
+        _require(
+            self.decoder.name in AUDITABLE,
+            f"bench.kind=audit audits one of {AUDITABLE}, got decoder={self.decoder.name}",
+        )
+        _require(
+            self.decoder.name not in USES_DRAFT or self.decoder.k >= 2,
+            "bench.kind=audit needs decoder.k >= 2 (so accept, residual and bonus paths all run)",
+        )
+
+    @property
+    def kind(self) -> str:
+        """The job kind: scoring_profile is its own; otherwise bench.kind (time or audit)."""
+        return "profile" if self.decoder.name == "scoring_profile" else self.bench.kind
 
     @property
     def max_new_tokens(self) -> int:

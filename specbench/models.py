@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .config import BackendConfig, ConfigError, ModelConfig
-from .packaged import locate_parts, lookup, materialize
+from .packaged import PACKAGED, locate_parts, lookup, materialize
+from .shapes import lookup_shape, shape_model
 from .tiny import byte_tokenizer, perturbed_copy, tiny_model
 
 log = logging.getLogger(__name__)
@@ -21,6 +23,10 @@ def preflight(cfg: ModelConfig) -> None:
     """Cheap checks before anything heavy: packaged parts installed, local paths present."""
     if cfg.loader == "packaged":
         locate_parts(lookup(cfg.source))
+    if cfg.loader == "shape":
+        lookup_shape(cfg.source)
+        if cfg.tokenizer in PACKAGED:
+            locate_parts(lookup(cfg.tokenizer))
     local = cfg.loader == "hf" and cfg.source.startswith(("/", "./", "../", "~"))
     if local and not Path(cfg.source).expanduser().is_dir():
         raise ConfigError(f"model {cfg.name!r}: local checkpoint not found: {cfg.source}")
@@ -33,11 +39,13 @@ def _checkpoint(cfg: ModelConfig, dtype: str) -> str:
 
 def load_tokenizer(cfg: ModelConfig, dtype: str = "bfloat16") -> Any:
     """The model's tokenizer (tiny models share an in-process byte tokenizer)."""
-    if cfg.loader == "tiny":
+    if cfg.loader == "tiny" or (cfg.loader == "shape" and not cfg.tokenizer):
         return byte_tokenizer()
     from transformers import AutoTokenizer
 
     source = cfg.tokenizer or _checkpoint(cfg, dtype)
+    if cfg.loader == "shape" and cfg.tokenizer in PACKAGED:  # a packaged pair's tokenizer
+        source = str(materialize(cfg.tokenizer, dtype))
     return AutoTokenizer.from_pretrained(source, revision=cfg.revision)
 
 
@@ -53,12 +61,31 @@ def _load_hf(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     """Hub id, local directory, or a packaged model's converted cache: one from_pretrained path."""
     from transformers import AutoModelForCausalLM
 
+    placement = {"tp_plan": backend.tp_plan} if backend.tp_plan else {}
     return AutoModelForCausalLM.from_pretrained(
         _checkpoint(cfg, cfg.torch_dtype_name(backend.dtype)),
         revision=cfg.revision,
         dtype=TORCH_DTYPES[cfg.torch_dtype_name(backend.dtype)],
         attn_implementation=backend.attn_implementation,
         device_map=backend.device_map,
+        **placement,
+    )
+
+
+def _load_shape(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
+    """Random weights of a named shape, allocated on the backend's device in the model's dtype."""
+    if not single_device(backend):
+        raise ConfigError(
+            f"model {cfg.name!r}: shape models are built on one device; drop "
+            "backend.device_map / backend.tp_plan (or save one and load it with loader=hf)"
+        )
+    dtype = TORCH_DTYPES[cfg.torch_dtype_name(backend.dtype)]
+    return shape_model(
+        cfg.source,
+        dtype=dtype,
+        device=backend.device,
+        overrides=cfg.shape,
+        attn_implementation=backend.attn_implementation,
     )
 
 
@@ -66,14 +93,25 @@ MODEL_LOADERS: dict[str, Callable[[ModelConfig, BackendConfig], torch.nn.Module]
     "tiny": _load_tiny,
     "hf": _load_hf,
     "packaged": _load_hf,
+    "shape": _load_shape,
 }
+
+
+def single_device(backend: BackendConfig) -> bool:
+    """Whether models go whole onto backend.device (no accelerate map, no tensor parallel)."""
+    return backend.device_map is None and backend.tp_plan is None
+
+
+def draft_backend(backend: BackendConfig) -> BackendConfig:
+    """The draft's placement: whole on backend.device (cuda = cuda:0), never split or sharded."""
+    return replace(backend, device_map=None, tp_plan=None)
 
 
 def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     """Build or download the model, then place it on the backend's device and dtype."""
     log.info("loading %s (%s %s)", cfg.name, cfg.loader, cfg.source or cfg.tiny.family)
     model = MODEL_LOADERS[cfg.loader](cfg, backend)
-    if backend.device_map is None:
+    if single_device(backend):
         dtype = TORCH_DTYPES[cfg.torch_dtype_name(backend.dtype)]
         model = model.to(device=backend.device, dtype=dtype)
     return model.eval()
@@ -114,9 +152,9 @@ class ModelPool:
     ) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         key = repr((target, draft, backend))
         if key != self._key:
-            self._models = None  # free the old pair before loading the new one
+            self._key, self._models = None, None  # free the old pair; a failed load keeps none
             loaded_target = load_model(target, backend)
-            loaded_draft = load_model(draft, backend) if draft is not None else None
+            loaded_draft = load_model(draft, draft_backend(backend)) if draft is not None else None
             self._key, self._models = key, (loaded_target, loaded_draft)
             self.loads += 1
         assert self._models is not None

@@ -6,7 +6,9 @@ import json
 import logging
 import os
 import tempfile
+import traceback
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,15 @@ from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 SUMMARY = "summary.json"  # written last: its presence marks a complete job
+FAILURE = "failure.json"  # a job that raised: its error (no summary, so it is retried)
+FAILURES = "failures.csv"  # gathered: one row per job whose last attempt failed
 RECORDS = "records.parquet"  # one row per (prompt x repeat x method)
 ITERATIONS = "iterations.parquet"  # one row per speculative iteration
 PROFILE = "scoring_profile.parquet"  # one row per (model x q x repeat) of a scoring profile
-TABLES = (RECORDS, ITERATIONS, PROFILE)
+AUDIT = "audit.parquet"  # one row per exactness test (job x prefix x position x given token)
+AUDIT_TOKENS = "audit_tokens.parquet"  # one row per tested bucket: exact vs empirical probability
+AUDIT_SAMPLES = "audit_samples.parquet"  # one row per audited continuation (its first two tokens)
+TABLES = (RECORDS, ITERATIONS, PROFILE, AUDIT, AUDIT_TOKENS, AUDIT_SAMPLES)
 
 
 def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
@@ -29,6 +36,7 @@ def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are shared (other users, cluster nodes)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -51,10 +59,44 @@ def job_done(job_dir: Path) -> bool:
 
 
 def write_job(job_dir: Path, tables: dict[str, pd.DataFrame], summary: dict[str, Any]) -> None:
-    """Tables first, the summary last, each atomically: a killed job leaves no summary."""
+    """Tables first, the summary last, each atomically: a killed job leaves no summary.
+    Temp files a killed earlier attempt left and its failure record are removed."""
+    for stale in job_dir.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
     for name, frame in tables.items():
         write_table(job_dir / name, frame)
     write_text(job_dir / SUMMARY, json.dumps(summary, indent=2, default=str))
+    (job_dir / FAILURE).unlink(missing_ok=True)
+
+
+def write_failure(job_dir: Path, job_id: str, err: BaseException) -> dict[str, str]:
+    """Record why a job raised (no summary: the next run retries it); returns the row."""
+    trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    row = {
+        "job": job_id,
+        "error_type": type(err).__name__,
+        "error": str(err).strip().splitlines()[0] if str(err).strip() else "",
+        "traceback": trace[-4000:],
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    write_text(job_dir / FAILURE, json.dumps(row, indent=2))
+    return row
+
+
+def gather_failures(experiment_dir: Path) -> pd.DataFrame:
+    """failures.csv: one row per job whose last attempt failed (removed when there is none)."""
+    rows = [
+        json.loads(path.read_text())
+        for path in sorted(Path(experiment_dir).glob(f"*/{FAILURE}"))
+        if not (path.parent / SUMMARY).is_file()
+    ]
+    frame = pd.DataFrame(rows, columns=["job", "error_type", "error", "traceback", "timestamp"])
+    target = Path(experiment_dir) / FAILURES
+    if rows:
+        write_table(target, frame)
+    else:
+        target.unlink(missing_ok=True)
+    return frame
 
 
 def gather(experiment_dir: Path) -> dict[str, pd.DataFrame]:
@@ -79,15 +121,21 @@ class GatherCallback(Callback):
     """Hydra callback: gather the experiment's job records when a run or a sweep ends."""
 
     def _gather(self, config: DictConfig) -> None:
+        from .analysis.audit import verdict_table
         from .analysis.console import summary_table
         from .analysis.report import report
 
         experiment_dir = Path(config.results_dir) / config.experiment
+        if experiment_dir.is_dir():
+            gather_failures(experiment_dir)
         if any(experiment_dir.glob(f"*/{SUMMARY}")):
             tables = gather(experiment_dir)
             if RECORDS in tables:
                 print(f"\n{config.experiment}: {len(tables[RECORDS])} rows in {experiment_dir}")
                 print(summary_table(tables[RECORDS]))
+            if AUDIT in tables:
+                print(f"\n{config.experiment}: exactness audit in {experiment_dir}")
+                print(verdict_table(tables[AUDIT]).to_string(index=False))
             written = report(experiment_dir)
             log.info("figures and tables: %d files under %s", len(written), experiment_dir)
 

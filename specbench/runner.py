@@ -9,7 +9,9 @@ order of methods alternates between consecutive (prompt, repeat) pairs to cancel
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from .audit import run_audit
 from .config import USES_DRAFT, ConfigError, SpecBenchConfig
 from .decoding import GenerationResult, StopCondition, autoregressive_generate, speculative_generate
 from .decoding.hf import hf_generate
+from .decoding.replay import Replay, open_replay
 from .models import ModelPool, check_tokenizers, load_tokenizer, preflight
 from .profile import run_profile
 from .provenance import provenance
-from .records import ITERATIONS, PROFILE, RECORDS, job_done, write_job, write_text
+from .records import AUDIT, ITERATIONS, PROFILE, RECORDS, job_done, write_job, write_text
 from .tasks import Prompt, Scorer, load_prompts, scorer
 from .tracking import track
 
@@ -42,8 +46,6 @@ def to_config(cfg: DictConfig) -> SpecBenchConfig:
         if isinstance(cause, ConfigError):
             raise cause from None
         raise ConfigError(str(err).splitlines()[0]) from err
-    if job.backend.compile:
-        raise ConfigError("backend.compile=true is not implemented yet; use compile=false")
     return job
 
 
@@ -57,6 +59,7 @@ class Prepared:
     vocab_size: int
     stop: StopCondition | None
     score: Scorer
+    replay: Replay | None = None  # decoder=replay: the recorded trace
 
     @property
     def uses_draft(self) -> bool:
@@ -76,6 +79,11 @@ def prepare(job: SpecBenchConfig) -> Prepared:
     """Cheap checks that must pass before any model loads."""
     score = scorer(job.task)
     prompts = load_prompts(job.task, job.bench.num_prompts)
+    replay = None
+    if job.decoder.name == "replay":  # the trace must exist and cover this job's runs
+        seed_of = partial(derive_seed, job.bench.seed)
+        pids = [p.id for p in prompts]
+        replay = open_replay(job.decoder, pids, job.bench.repeats, seed_of, job.bench.seed)
     uses_draft = job.decoder.name in USES_DRAFT
     for model in (job.target, job.draft) if uses_draft else (job.target,):
         preflight(model)
@@ -87,7 +95,7 @@ def prepare(job: SpecBenchConfig) -> Prepared:
     stop = StopCondition.from_tokenizer(tokenizer, job.task.stop_strings)
     if job.bench.fixed_length:
         stop = None
-    return Prepared(job, prompts, tokenizer, vocab_size, stop, score)
+    return Prepared(job, prompts, tokenizer, vocab_size, stop, score, replay)
 
 
 def generate(
@@ -102,12 +110,14 @@ def generate(
         stop=prep.stop,
         vocab_size=prep.vocab_size,
     )
-    k = prep.job.decoder.k
+    k, backend = prep.job.decoder.k, prep.job.backend
+    ours = dict(common, static_cache=backend.static_cache, compile=backend.compile)
     methods = {
-        "speculative": lambda: speculative_generate(target, draft, ids, k=k, **common),
-        "autoregressive": lambda: autoregressive_generate(target, ids, **common),
+        "speculative": lambda: speculative_generate(target, draft, ids, k=k, **ours),
+        "autoregressive": lambda: autoregressive_generate(target, ids, **ours),
         "hf_generate": lambda: hf_generate(target, ids, **common),
         "hf_assisted": lambda: hf_generate(target, ids, draft=draft, k=k, **common),
+        "replay": lambda: prep.replay.generate(target, draft, ids, k=k, **ours),
     }
     return methods[method]()
 
@@ -155,7 +165,7 @@ def result_row(
     job = prep.job
     return {
         "method": method,
-        "k": job.decoder.k if job.decoder.name in ("speculative", "hf_assisted") else 0,
+        "k": job.decoder.k if job.decoder.name in ("speculative", "hf_assisted", "replay") else 0,
         "prompt_id": prompt.id,
         "repeat": repeat,
         "seed": seed,
@@ -233,6 +243,21 @@ def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) ->
     return summary
 
 
+@dataclass(frozen=True)
+class JobKind:
+    """What a job of one kind runs, and the table it logs to the tracker."""
+
+    run: Callable[[Prepared, tuple, Path, dict], dict[str, Any]]
+    table: str
+
+
+KINDS: dict[str, JobKind] = {  # keyed by SpecBenchConfig.kind
+    "time": JobKind(time_decoders, RECORDS),
+    "profile": JobKind(run_profile, PROFILE),
+    "audit": JobKind(run_audit, AUDIT),
+}
+
+
 def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[str, Any] | None:
     """Run one job into job_dir, unless its records are complete and overwrite is off."""
     job = to_config(cfg)
@@ -242,19 +267,17 @@ def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[st
     prep = prepare(job)
     if job.backend.num_threads:
         torch.set_num_threads(job.backend.num_threads)
+    if job.backend.compile:  # one graph per decode shape (T = 1..K+1): above dynamo's 8
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     models = pool.get(job.target, job.draft if prep.uses_draft else None, job.backend)
     shared = job_columns(job, job_id, prep.uses_draft) | provenance(job.backend.device)
     write_text(job_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     with track(job, job_dir) as tracker:
-        kind = run_profile if job.decoder.name == "scoring_profile" else time_decoders
-        summary = kind(prep, models, job_dir, shared | {"pair_loads": pool.loads})
-        tracker.log(cfg, summary, pd.read_parquet(job_dir / kind_table(job)))
+        kind = KINDS[job.kind]
+        summary = kind.run(prep, models, job_dir, shared | {"pair_loads": pool.loads})
+        tracker.log(cfg, summary, pd.read_parquet(job_dir / kind.table))
     log.info("summary: %s", summary)
     return summary
-
-
-def kind_table(job: SpecBenchConfig) -> str:
-    return PROFILE if job.decoder.name == "scoring_profile" else RECORDS
 
 
 def summarize(records: pd.DataFrame) -> dict[str, Any]:
@@ -262,12 +285,13 @@ def summarize(records: pd.DataFrame) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": len(records), "pair_loads": int(records.pair_loads.iloc[0])}
     for method, g in records.groupby("method"):
         out[f"{method}_ms_per_token_median"] = float(g.ms_per_token.median())
-    if {"speculative", "autoregressive"} <= set(records.method):
+    sps = "replay" if "replay" in set(records.method) else "speculative"  # replay: what-if
+    if {sps, "autoregressive"} <= set(records.method):
         wide = records.pivot_table(
             index=["prompt_id", "repeat"], columns="method", values="ms_per_token"
         )
-        out["speedup_median"] = float((wide.autoregressive / wide.speculative).median())
-        spec = records[records.method == "speculative"]
+        out["speedup_median"] = float((wide.autoregressive / wide[sps]).median())
+        spec = records[records.method == sps]
         out["acceptance_rate"] = float(spec.accepted.sum() / max(spec.proposed.sum(), 1))
         out["alpha_mean"] = float(spec.alpha.mean())
     return out

@@ -287,7 +287,9 @@ def test_report_writes_everything(tmp_path, records):
     names = {p.relative_to(out).as_posix() for p in written}
     stems = ["time_vs_k", "acceptance_vs_k", "loop_latency_vs_k", "speedup_vs_k", "scoring_profile"]
     figs = {f"figures/{s}.{ext}" for s in stems for ext in ("png", "pdf")}
-    assert names == {"table1.csv", "table1.md", "summary.csv", "theory.csv"} | figs
+    assert (
+        names == {"table1.csv", "table1.md", "summary.csv", "theory.csv", "time_split.csv"} | figs
+    )
     assert all(p.is_file() and p.stat().st_size > 0 for p in written)
     assert pd.read_csv(out / "summary.csv").shape[0] == len(TASKS) * len(SAMPLINGS) * len(KS)
     assert pd.read_csv(out / "theory.csv").ratio.sub(1).abs().max() < 1e-9
@@ -299,7 +301,7 @@ def test_report_skips_what_does_not_apply(tmp_path):
     one_k = synthetic_records(ks=(4,), with_quality=False)
     out = write_experiment(tmp_path, one_k)
     names = {p.name for p in report(out)}
-    assert names == {"table1.csv", "table1.md", "summary.csv", "theory.csv"}
+    assert names == {"table1.csv", "table1.md", "summary.csv", "theory.csv", "time_split.csv"}
     assert pd.read_csv(out / "table1.csv").quality.isna().all()
 
 
@@ -334,7 +336,7 @@ def test_cli_figures(tmp_path, records, capsys):
     command = [sys.executable, "-m", "specbench.analysis", "figures", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "12 files written" in done.stdout
+    assert "13 files written" in done.stdout
     assert (out / "figures" / "speedup_vs_k.pdf").is_file() and (out / "table1.md").is_file()
     assert analysis_cli.main(["figures", str(tmp_path / "missing")]) == 2
     assert "error" in capsys.readouterr().err

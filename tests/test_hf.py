@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
-from specbench import SamplingParams, StopCondition, autoregressive_generate
+from specbench import SamplingParams, StopCondition, autoregressive_generate, speculative_generate
 from specbench.decoding.hf import hf_generate
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
 
@@ -34,6 +37,14 @@ def test_greedy_autoregressive_equals_transformers_generate(pair, ids):
     )
     assert ours.tokens == theirs.tokens == assisted.tokens
     assert len(ours.tokens) == 40
+    # Forward hooks count calls: generate makes one per token, assisted fewer target calls.
+    assert theirs.target_calls == 40 and theirs.draft_calls == 0
+    sps = speculative_generate(
+        target, draft, ids, k=4, max_new_tokens=40, sampling=GREEDY, generator=None
+    )
+    assert assisted.target_calls == sps.target_calls < 40  # same greedy law, same iterations
+    assert assisted.draft_calls > 0
+    assert draft.generation_config.assistant_confidence_threshold != 0.0  # restored after the call
 
 
 def test_stop_strings_cut_the_same_place(pair, ids):
@@ -71,3 +82,11 @@ def test_compare_hf_adds_both_methods_to_the_records(tmp_path):
     assert (records.groupby("method").size() == 4).all()  # 2 prompts x 2 repeats each
     assert set(records[records.method == "hf_assisted"].k) == {4}
     assert "ar_vs_hf" in out.stdout and "sps_vs_hf" in out.stdout
+    bench = subprocess.run(
+        [sys.executable, "benchmarks/bench_vs_hf.py", "--report-only"]
+        + ["--results", str(tmp_path / "smoke")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bench.returncode in (0, 1), bench.stderr  # 1: a target missed on random tiny models
+    last = bench.stdout.strip().splitlines()[-2:]
+    assert last[0].startswith("ar_vs_hf") and last[1].startswith("sps_vs_hf")

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .perf import HF_PAIRS, paired
+
 QUALITY = ("rouge2", "passed")  # XSum ROUGE-2 F, HumanEval pass@1
-
-
-HF_PAIRS = {
-    "ar_vs_hf": ("hf_generate", "autoregressive"),
-    "sps_vs_hf": ("hf_assisted", "speculative"),
-}
 
 
 def _paired_ratio(records: pd.DataFrame, slow: str, fast: str) -> float:
     """Median over (job, prompt, repeat) of ms/token of `slow` over ms/token of `fast`."""
-    wide = records.pivot_table(
-        index=["job", "prompt_id", "repeat"], columns="method", values="ms_per_token"
-    )
-    return float((wide[slow] / wide[fast]).median())
+    return float(paired(records, slow, fast).median())
 
 
 def summary_table(records: pd.DataFrame) -> str:

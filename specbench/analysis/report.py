@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..records import PROFILE, RECORDS, atomic_write, write_table, write_text
+from ..records import AUDIT, AUDIT_TOKENS, PROFILE, RECORDS, atomic_write, write_table, write_text
 from .aggregate import AR, SPS, paired_speedups, summary_by_k
+from .audit import audit_figure, verdict_table
 from .figures import (
     acceptance_figure,
     loop_latency_figure,
@@ -23,6 +24,7 @@ from .figures import (
     speedup_figure,
     time_vs_k_figure,
 )
+from .perf import hf_ratios, time_split
 from .tables import format_table1, table1, to_markdown
 from .theory import predicted_vs_measured
 
@@ -59,6 +61,10 @@ def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
     write_text(out / "table1.md", to_markdown(format_table1(table)) + caption)
     write_table(out / "summary.csv", summary_by_k(records))
     written = [out / "table1.csv", out / "table1.md", out / "summary.csv"]
+    for name, table in (("vs_hf.csv", hf_ratios(records)), ("time_split.csv", time_split(records))):
+        if not table.empty:
+            write_table(out / name, table)
+            written.append(out / name)
     theory = predicted_vs_measured(records)
     if theory.empty:
         log.info("skipping theory.csv: no task with both speculative and autoregressive rows")
@@ -97,22 +103,37 @@ def write_profile_figure(records: pd.DataFrame | None, experiment_dir: Path) -> 
     return save_figure(fig, experiment_dir / "figures" / "scoring_profile")
 
 
+def write_audit(experiment_dir: Path) -> list[Path]:
+    """audit_verdicts.{csv,md} and figures/audit when the experiment has an audit.parquet."""
+    if not (experiment_dir / AUDIT).is_file():
+        return []
+    tests = pd.read_parquet(experiment_dir / AUDIT)
+    tokens = pd.read_parquet(experiment_dir / AUDIT_TOKENS)
+    verdicts = verdict_table(tests)
+    write_table(experiment_dir / "audit_verdicts.csv", verdicts)
+    write_text(experiment_dir / "audit_verdicts.md", to_markdown(verdicts) + "\n")
+    written = [experiment_dir / "audit_verdicts.csv", experiment_dir / "audit_verdicts.md"]
+    return written + save_figure(audit_figure(tests, tokens), experiment_dir / "figures" / "audit")
+
+
 def report(experiment_dir: Path) -> list[Path]:
     """Write tables into experiment_dir and figures into experiment_dir/figures; list them.
 
-    A scoring-profile experiment may have no records.parquet: then only its figure is drawn.
+    A scoring-profile or audit experiment may have no records.parquet: then only its own
+    figures and tables are written.
     """
     experiment_dir = Path(experiment_dir)
     path = experiment_dir / RECORDS
-    if not path.is_file() and not (experiment_dir / PROFILE).is_file():
-        raise FileNotFoundError(f"neither {RECORDS} nor {PROFILE} in {experiment_dir}")
+    own = [experiment_dir / name for name in (PROFILE, AUDIT)]
+    if not path.is_file() and not any(p.is_file() for p in own):
+        raise FileNotFoundError(f"none of {RECORDS}, {PROFILE}, {AUDIT} in {experiment_dir}")
     if not path.is_file():
-        log.info("no %s: drawing the scoring profile only", path)
-        return write_profile_figure(None, experiment_dir)
+        log.info("no %s: drawing the scoring profile and audit only", path)
+        return write_profile_figure(None, experiment_dir) + write_audit(experiment_dir)
     records = pd.read_parquet(path)
     if records.empty:
         raise ValueError(f"{path} has no rows")
     written = write_tables(records, experiment_dir)
     written += write_figures(records, experiment_dir / "figures")
     written += write_profile_figure(records, experiment_dir)
-    return written
+    return written + write_audit(experiment_dir)

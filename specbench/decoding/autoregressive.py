@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 
 from ..sampling import SamplingParams, logits_to_probs, next_token
-from .common import CachedLM, Clock, GenerationResult, StopCondition, check_inputs, model_device
+from .common import (
+    CachedLM,
+    Clock,
+    GenerationResult,
+    StopCondition,
+    check_inputs,
+    model_device,
+    static_cache_len,
+)
 
 
 @torch.inference_mode()
@@ -18,11 +26,19 @@ def autoregressive_generate(
     generator: torch.Generator | None,
     stop: StopCondition | None = None,
     vocab_size: int | None = None,
+    static_cache: bool = False,
+    compile: bool = False,
 ) -> GenerationResult:
-    """Sample up to max_new_tokens from `target` after input_ids (1, T); prefill is timed too."""
+    """Sample up to max_new_tokens from `target` after input_ids (1, T); prefill is timed too.
+
+    static_cache / compile select the fixed-shape path (see `CachedLM`).
+    """
     check_inputs(input_ids, max_new_tokens)
     device = model_device(target)
-    lm = CachedLM(target, vocab_size)
+    max_len = (
+        static_cache_len(input_ids.shape[1] + max_new_tokens) if static_cache or compile else None
+    )
+    lm = CachedLM(target, vocab_size, max_len, compile)
     clock = Clock(device)
     pending = input_ids.to(device)  # (1, T): ids not yet in the cache
     tokens: list[int] = []

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import CompileConfig, DynamicCache, StaticCache
+
+# Fixed shapes per decode call; "reduce-overhead" captures CUDA graphs on GPU.
+COMPILE_CONFIG = CompileConfig(fullgraph=True, dynamic=False, mode="reduce-overhead")
 
 
 @dataclass
@@ -89,36 +92,72 @@ class StopCondition:
         return any(s in text for s in self.stop_strings)
 
 
-class CachedLM:
-    """A causal LM with its own DynamicCache: feed new tokens, get last-position logits."""
+def static_cache_len(tokens: int) -> int:
+    """Positions to preallocate: the next power of two >= max(tokens, 512), so that prompts of
+    different lengths share one cache shape (and one compiled graph per decode shape)."""
+    return 1 << max(tokens - 1, 511).bit_length()
 
-    def __init__(self, model: torch.nn.Module, vocab_size: int | None = None) -> None:
+
+class CachedLM:
+    """A causal LM with its own KV cache: feed new tokens, get the last positions' logits.
+
+    max_len=None keeps a DynamicCache that is cropped on rollback. With max_len set, a
+    StaticCache of that many positions is preallocated and rollback only moves the write
+    position back (stale entries past it are masked and later overwritten), as in gpt-fast.
+    compile=True (static cache only) runs decode calls (cache non-empty, T <= COMPILED_MAX_T)
+    through transformers' `get_compiled_call` (torch.compile, CUDA graphs on GPU); prefill
+    stays eager so prompt lengths never trigger recompiles.
+    """
+
+    COMPILED_MAX_T = 17  # draft steps (1-2 tokens) and target scoring (K+1 <= 17)
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        vocab_size: int | None = None,
+        max_len: int | None = None,
+        compile: bool = False,
+    ) -> None:
+        if compile and max_len is None:
+            raise ValueError("compile=True needs a static cache: pass max_len")
         self.model = model
+        self.device = model_device(model)  # where inputs go; logits are returned here too
         self.vocab_size = vocab_size
-        self.cache = DynamicCache(config=model.config)
+        self.max_len = max_len
+        if max_len is None:
+            self.cache = DynamicCache(config=model.config)
+        else:
+            self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self._step = model.get_compiled_call(COMPILE_CONFIG) if compile else model
         params = inspect.signature(model.forward).parameters
         # transformers >= 5.2x renamed past_key_values -> cache; accept both.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_kw = "logits_to_keep" in params
+        self.length = 0  # cached positions, tracked on the host: reading it never syncs
         self.calls = 0
-
-    @property
-    def length(self) -> int:
-        return self.cache.get_seq_length()
 
     def forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
         """(B, T) new ids -> (B, keep, V) logits of the last `keep` positions."""
+        new = input_ids.shape[1]
+        if self.max_len is not None and self.length + new > self.max_len:
+            raise ValueError(f"static cache of {self.max_len} positions is full")
         kwargs = {self._cache_kw: self.cache, "use_cache": True}
         if self._keep_kw:
             kwargs["logits_to_keep"] = keep
-        logits = self.model(input_ids=input_ids, **kwargs).logits[:, -keep:]
+        decode = self.length > 0 and new <= self.COMPILED_MAX_T
+        call = self._step if decode else self.model
+        logits = call(input_ids=input_ids, **kwargs).logits[:, -keep:]
+        self.length += new
         self.calls += 1
+        # A target split over devices (device_map) computes its lm_head on the last one.
+        logits = logits.to(self.device)
         return logits if self.vocab_size is None else logits[..., : self.vocab_size]
 
     def rollback(self, n_tokens: int) -> None:
         """Forget the last n_tokens cached positions."""
         if n_tokens > 0:
             self.cache.crop(-n_tokens)
+            self.length -= n_tokens
 
 
 class Clock:

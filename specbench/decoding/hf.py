@@ -3,10 +3,14 @@
 These call the library as users do; nothing in it is patched. transformers samples from the
 global RNG, so each call runs under `torch.random.fork_rng` seeded once from the generator's
 seed (before the call, never inside its loop). Per-iteration accepted counts are not exposed by
-`generate`, so those fields stay empty for these methods.
+`generate`, so those fields stay empty; forward calls of each model are counted with public
+forward hooks, which gives tokens per target call (the acceptance summary) for these rows too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from transformers import GenerationConfig
@@ -14,12 +18,20 @@ from transformers import GenerationConfig
 from ..sampling import SamplingParams
 from .common import Clock, GenerationResult, StopCondition, check_inputs, model_device
 
+# transformers reads the assistant's schedule from the *assistant's* generation_config (copied
+# when each generate call starts), not from the config passed to generate: set it there.
+FIXED_K = (
+    "num_assistant_tokens",
+    "num_assistant_tokens_schedule",
+    "assistant_confidence_threshold",
+)
+
 
 def generation_config(
-    sampling: SamplingParams, max_new_tokens: int, stop: StopCondition | None, k: int | None
+    sampling: SamplingParams, max_new_tokens: int, stop: StopCondition | None
 ) -> GenerationConfig:
     """The same law as ours: top_k set explicitly (transformers defaults to 50)."""
-    kwargs = dict(
+    return GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=not sampling.greedy,
         top_k=sampling.top_k if not sampling.greedy else None,
@@ -29,13 +41,42 @@ def generation_config(
         stop_strings=list(stop.stop_strings) if stop and stop.stop_strings else None,
         pad_token_id=stop.eos_token_ids[0] if stop and stop.eos_token_ids else 0,
     )
-    if k is not None:  # a truly fixed K: no schedule, no early exit on draft confidence
-        kwargs |= dict(
-            num_assistant_tokens=k,
-            num_assistant_tokens_schedule="constant",
-            assistant_confidence_threshold=0.0,
-        )
-    return GenerationConfig(**kwargs)
+
+
+@contextmanager
+def fixed_k(draft: torch.nn.Module | None, k: int | None) -> Iterator[None]:
+    """A truly fixed K for the call: constant schedule, no early exit on draft confidence (a
+    threshold of 0 disables it; transformers' default 0.4 stops drafting early). The draft's
+    generation_config is restored afterwards."""
+    if draft is None:
+        yield
+        return
+    config = draft.generation_config
+    saved = {name: getattr(config, name, None) for name in FIXED_K}
+    config.num_assistant_tokens = k
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
+@contextmanager
+def count_forwards(*models: torch.nn.Module | None) -> Iterator[list[int]]:
+    """Counts top-level forward calls per model while active (public forward hooks)."""
+    counts = [0] * len(models)
+
+    def hook(index: int):
+        return lambda *_: counts.__setitem__(index, counts[index] + 1)
+
+    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(models) if m is not None]
+    try:
+        yield counts
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @torch.inference_mode()
@@ -54,12 +95,15 @@ def hf_generate(
     """`target.generate(...)`, or with `assistant_model=draft` and a fixed K when draft is given."""
     check_inputs(input_ids, max_new_tokens)
     device = model_device(target)
-    config = generation_config(sampling, max_new_tokens, stop, k if draft is not None else None)
+    if draft is not None and (k is None or k < 1):
+        raise ValueError(f"assisted generation needs k >= 1 draft tokens per iteration, got {k}")
+    config = generation_config(sampling, max_new_tokens, stop)
     extra = {"assistant_model": draft} if draft is not None else {}
     if stop and stop.stop_strings:
         extra["tokenizer"] = stop.tokenizer
     seed = generator.initial_seed() if generator is not None else 0
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    forked = torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+    with forked, fixed_k(draft, k), count_forwards(target, draft) as calls:
         torch.manual_seed(seed)
         clock = Clock(device)
         out = target.generate(
@@ -74,6 +118,7 @@ def hf_generate(
     return GenerationResult(
         tokens=tokens[: hit[0]] if hit else tokens,
         wall_s=clock.total(),
-        target_calls=0,  # not exposed by generate
+        target_calls=calls[0],
+        draft_calls=calls[1],
         stopped_by=hit[1] if hit else "length",
     )

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ..sampling import SamplingParams, expected_acceptance, logits_to_probs, next_token, verify
-from .common import CachedLM, Clock, GenerationResult, StopCondition, check_inputs, model_device
+from .common import (
+    CachedLM,
+    Clock,
+    GenerationResult,
+    StopCondition,
+    check_inputs,
+    model_device,
+    static_cache_len,
+)
+
+# (draft_ids (1, K), draft_probs (1, K, V), target_probs (1, K+1, V), generator)
+#   -> (n_accepted (1,), next_id (1,))
+VerifyFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
 def pair_vocab_size(target: torch.nn.Module, draft: torch.nn.Module, vocab_size: int | None) -> int:
@@ -58,6 +72,9 @@ def speculative_generate(
     generator: torch.Generator | None,
     stop: StopCondition | None = None,
     vocab_size: int | None = None,
+    verify_fn: VerifyFn = verify,
+    static_cache: bool = False,
+    compile: bool = False,
 ) -> GenerationResult:
     """Sample up to max_new_tokens after input_ids (1, T); exactly the target's distribution.
 
@@ -65,15 +82,22 @@ def speculative_generate(
     draft proposes K tokens, the target scores [last, x_1..x_K] in one call (K+1 positions),
     `verify` accepts n of them and draws one more, and both caches are cropped back to the
     accepted prefix. The prompt is prefilled inside the first draft and target calls.
+    static_cache / compile select the fixed-shape path (see `CachedLM`); the law is the same.
+    verify_fn replaces the rejection test (same signature as `verify`): trace replay and the
+    audit's deliberately biased control use it; anything else breaks exactness.
     """
     check_inputs(input_ids, max_new_tokens)
     if k < 1:
         raise ValueError(f"k (draft tokens per iteration) must be >= 1, got {k}")
     vocab = pair_vocab_size(target, draft, vocab_size)
     device = model_device(target)
-    tlm, dlm = CachedLM(target, vocab), CachedLM(draft, vocab)
-    clock = Clock(device)
     prompt_len = input_ids.shape[1]
+    max_len = (
+        static_cache_len(prompt_len + max_new_tokens + k + 1) if static_cache or compile else None
+    )
+    tlm = CachedLM(target, vocab, max_len, compile)
+    dlm = CachedLM(draft, vocab, max_len, compile)
+    clock = Clock(device)
     ids = torch.empty(1, prompt_len + max_new_tokens + k, dtype=torch.long, device=device)
     ids[:, :prompt_len] = input_ids
     n = prompt_len  # ids[:, :n] is the sequence so far
@@ -86,7 +110,7 @@ def speculative_generate(
         logits = tlm.forward(ids[:, tlm.length : n + k_now], keep=k_now + 1)  # (1, K+1, V)
         clock.lap("target")
         target_probs = logits_to_probs(logits, sampling)  # (1, K+1, V)
-        n_acc, next_id = verify(ids[:, n : n + k_now], draft_probs, target_probs, generator)
+        n_acc, next_id = verify_fn(ids[:, n : n + k_now], draft_probs, target_probs, generator)
         accepted = int(n_acc)  # host sync: the crop lengths and stop checks need it
         ids[:, n + accepted] = next_id
         betas.append(expected_acceptance(target_probs[:, :k_now], draft_probs)[0, : accepted + 1])

@@ -61,11 +61,18 @@ def humaneval_program(prompt: Prompt, completion: str) -> str:
     return f"{prompt.text}{completion}\n\n{ref['test']}\n\ncheck({ref['entry_point']})\n"
 
 
+def humaneval_tests(prompt: Prompt) -> str:
+    """The problem's tests and the check call, run after prompt + completion."""
+    ref = prompt.reference
+    return f"\n{ref['test']}\n\ncheck({ref['entry_point']})\n"
+
+
 def score_humaneval(cfg: TaskConfig, prompt: Prompt, completion: str) -> dict[str, float]:
     """{"passed": 1.0 or 0.0}: the truncated completion run against the tests in the sandbox."""
     body = truncate_at_stops(completion, cfg.stop_strings)
     result = run_program(
-        humaneval_program(prompt, body),
+        f"{prompt.text}{body}\n",
+        tests=humaneval_tests(prompt),  # run with the builtins as they were before the body
         timeout_s=float(cfg.options.get("timeout_s", 10)),
         memory_mb=int(cfg.options.get("memory_mb", 1024)),
     )
