@@ -72,6 +72,14 @@ def _unshare(libc: ctypes.CDLL) -> str:
     return ""
 
 
+def _hides_runtime(target: str) -> bool:
+    """Whether a tmpfs on target would hide the interpreter, its packages or specbench itself
+    (e.g. a checkout and venv under /tmp): then that target is left as it is."""
+    needed = (sys.prefix, sys.base_prefix, sys.executable, __file__)
+    mount = Path(target).resolve()
+    return any(mount in (p := Path(n).resolve(), *p.parents) for n in needed)
+
+
 def _isolate(libc: ctypes.CDLL, root: Path, namespaces: bool) -> tuple[Path, bool, str]:
     """Enter new namespaces and mount private scratch dirs; (workdir, scratch, note)."""
     scratch, note = False, ""
@@ -85,10 +93,12 @@ def _isolate(libc: ctypes.CDLL, root: Path, namespaces: bool) -> tuple[Path, boo
     if not note:
         try:
             _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / rprivate")
-            for target in (t for t in _SCRATCH_MOUNTS if os.path.isdir(t)):
+            targets = [t for t in _SCRATCH_MOUNTS if os.path.isdir(t) and not _hides_runtime(t)]
+            for target in targets:
                 flags, opts = _MS_NOSUID | _MS_NODEV, b"size=64m,mode=1777"
                 _check(libc.mount(b"tmpfs", target.encode(), b"tmpfs", flags, opts), target)
-            root, scratch = Path("/tmp"), True  # the workdir lives in a tmpfs that dies with us
+            if "/tmp" in targets:  # the workdir lives in a tmpfs that dies with us
+                root, scratch = Path("/tmp"), True
         except OSError as err:
             note = f"no private scratch mounts ({err})"
     workdir = root / "work"

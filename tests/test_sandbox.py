@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import specbench
 from specbench.config import TaskConfig
 from specbench.sandbox import SandboxResult, _run, run_program
 from specbench.tasks.humaneval import humaneval_program, load_humaneval
@@ -199,3 +200,13 @@ def test_fallback_without_namespaces_still_contains(problems):
         result = _run(bomb, timeout_s=2.0, memory_mb=1024, namespaces=False)
     assert not result.passed
     _assert_cleaned_up()
+
+
+def test_scratch_mounts_never_hide_the_running_interpreter():
+    """A checkout or venv under /tmp must stay visible: such a mount target is skipped."""
+    from specbench.sandbox_child import _hides_runtime
+
+    assert _hides_runtime("/")  # everything lives under /
+    assert not _hides_runtime("/nonexistent-scratch-dir")
+    package = Path(specbench.__file__).resolve().parent
+    assert _hides_runtime(str(package.parent))
