@@ -109,6 +109,7 @@ def test_attacks_are_contained_for_a_normal_user(tmp_path):
     stdlib only, so it runs on the system python, which that uid can read."""
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv (util-linux) is not installed")
+    (ROOT / ".pytest_cache").mkdir(exist_ok=True)  # absent in a fresh clone
     home = Path(tempfile.mkdtemp(prefix="nonroot-home-", dir=ROOT / ".pytest_cache"))
     try:
         os.chown(home, NORMAL_UID, NORMAL_UID)
