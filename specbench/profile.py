@@ -9,11 +9,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from .decoding.common import CachedLM, Clock, model_device
-from .records import PROFILE, write_job
 
 
 @torch.inference_mode()
@@ -41,6 +39,12 @@ def profile_model(
 
 def run_profile(prep, models: tuple, job_dir: Path, shared: dict) -> dict:
     """The scoring_profile job: both models on the task's first prompt; writes its own table."""
+    # Imported here, not at the top: profile_model needs only torch (benchmarks/gpu_targets.py
+    # runs it where pandas and hydra are absent); only this job's table needs them.
+    import pandas as pd
+
+    from .records import PROFILE, write_job
+
     job = prep.job
     prefix = prep.tokenizer(prep.prompts[0].text, return_tensors="pt").input_ids
     rows = []

@@ -21,8 +21,6 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-from .config import ConfigError
-
 ARCHITECTURES = {"llama": LlamaConfig, "qwen2": Qwen2Config}
 
 
@@ -60,6 +58,10 @@ SHAPES: dict[str, Shape] = {
 
 def lookup_shape(name: str) -> Shape:
     if name not in SHAPES:
+        # Imported here: config pulls hydra, which shape models (benchmarks/gpu_targets.py on a
+        # bare GPU machine) do without.
+        from .config import ConfigError
+
         raise ConfigError(f"unknown model shape {name!r}; choose one of {sorted(SHAPES)}")
     return SHAPES[name]
 
