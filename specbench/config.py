@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ USES_DRAFT = ("speculative", "hf_assisted", "scoring_profile", "replay")
 TRACKING_MODES = ("disabled", "offline", "online")
 JOB_KINDS = ("time", "audit")  # bench.kind; decoder=scoring_profile runs the profile job
 AUDITABLE = ("speculative", "hf_assisted", "autoregressive", "hf_generate")
+PROMPT_FORMATS = ("raw", "chat")
 
 
 @dataclass
@@ -55,6 +57,9 @@ class ModelConfig:
     revision: str = "main"
     tokenizer: str = ""  # defaults to source
     dtype: str | None = None  # overrides backend.dtype for this model (e.g. an fp32 draft)
+    # Extra ids that end a generation, added to the tokenizer's and generation_config's EOS
+    # (a GGUF file keeps only the tokenizer's; the hub generation_config may list more).
+    eos_token_ids: list[int] = field(default_factory=list)
     tiny: TinySpec = field(default_factory=TinySpec)
     shape: dict[str, Any] = field(default_factory=dict)  # loader=shape: config fields to change
 
@@ -148,11 +153,25 @@ class TaskConfig:
     stop_strings: list[str] = field(default_factory=list)
     metric: str = "none"  # none | rouge | humaneval
     max_new_tokens: int = 64  # the task's own budget (XSum 128, HumanEval 512)
+    # raw: the paper's plain-text prompts. chat: the tokenizer's chat template around a short
+    # instruction per task (lm-eval's --apply_chat_template, evalplus's instruct prompts).
+    prompt_format: str = "raw"
+    chat_stop_strings: list[str] | None = None  # stops in chat format; None = stop_strings
+    options: dict[str, Any] = field(default_factory=dict)  # loader-specific
 
     def __post_init__(self) -> None:
         _require(self.max_new_tokens >= 1, f"task {self.name!r}: max_new_tokens must be >= 1")
+        _require(
+            self.prompt_format in PROMPT_FORMATS,
+            f"task {self.name!r}: prompt_format must be one of {PROMPT_FORMATS}, "
+            f"got {self.prompt_format!r}",
+        )
 
-    options: dict[str, Any] = field(default_factory=dict)  # loader-specific
+    @property
+    def stops(self) -> list[str]:
+        """The stop strings in force for this prompt format."""
+        chat = self.prompt_format == "chat" and self.chat_stop_strings is not None
+        return list(self.chat_stop_strings if chat else self.stop_strings)
 
 
 @dataclass
@@ -171,6 +190,9 @@ class BenchConfig:
     # completion cut at the task's first stop string.
     fixed_length: bool = False
     kind: str = "time"  # time: interleaved timing; audit: exactness audit of the decoder
+    # "i/n": this job runs the i-th of n contiguous blocks of the num_prompts prompts (0-based),
+    # so a long run can be done in parts (-m bench.shard=0/4,1/4,2/4,3/4) and gathered as one.
+    shard: str | None = None
 
     def __post_init__(self) -> None:
         _require(self.kind in JOB_KINDS, f"bench.kind must be one of {JOB_KINDS}: {self.kind!r}")
@@ -181,6 +203,18 @@ class BenchConfig:
             self.max_new_tokens is None or self.max_new_tokens >= 1,
             "bench.max_new_tokens must be >= 1 (or null for the task's budget)",
         )
+        if self.shard is not None:
+            self.shard_index()
+
+    def shard_index(self) -> tuple[int, int]:
+        """(i, n) from shard "i/n"; (0, 1) when unsharded."""
+        if self.shard is None:
+            return 0, 1
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(self.shard))
+        valid = match is not None and int(match[1]) < int(match[2])
+        _require(valid, f"bench.shard must be 'i/n' with 0 <= i < n, got {self.shard!r}")
+        assert match is not None
+        return int(match[1]), int(match[2])
 
 
 @dataclass

@@ -49,6 +49,32 @@ def load_tokenizer(cfg: ModelConfig, dtype: str = "bfloat16") -> Any:
     return AutoTokenizer.from_pretrained(source, revision=cfg.revision)
 
 
+def eos_token_ids(cfg: ModelConfig, tokenizer: Any, dtype: str = "bfloat16") -> tuple[int, ...]:
+    """Every id that ends a generation: the tokenizer's EOS and its generation_config's (a list
+    for many chat models: Qwen2.5 ends raw text with <|endoftext|>, chat turns with <|im_end|>)."""
+    ids = set(_as_ids(tokenizer.eos_token_id)) | set(cfg.eos_token_ids)
+    if cfg.loader == "tiny" or (cfg.loader == "shape" and not cfg.tokenizer):
+        return tuple(sorted(ids))
+    from transformers import GenerationConfig
+
+    source = cfg.tokenizer or _checkpoint(cfg, dtype)
+    if cfg.loader == "shape" and cfg.tokenizer in PACKAGED:
+        source = str(materialize(cfg.tokenizer, dtype))
+    try:
+        generation = GenerationConfig.from_pretrained(source, revision=cfg.revision)
+    except OSError:  # no generation_config.json: the tokenizer's EOS is all there is
+        log.info("%s has no generation_config.json; EOS from the tokenizer only", cfg.name)
+        return tuple(sorted(ids))
+    return tuple(sorted(ids | set(_as_ids(generation.eos_token_id))))
+
+
+def _as_ids(value: Any) -> list[int]:
+    """None, an id or a list of ids -> a list of ids."""
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]
+
+
 def _load_tiny(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     spec = cfg.tiny
     model = tiny_model(
@@ -131,12 +157,17 @@ def check_tokenizers(target_tok: Any, draft_tok: Any) -> int:
             f"{target_ids.get(bad)!r} vs {draft_ids.get(bad)!r}); choose a draft from the "
             "target's model family"
         )
-    if target_tok.eos_token_id != draft_tok.eos_token_id:
-        raise ConfigError(
-            f"target and draft disagree on EOS ({target_tok.eos_token_id} vs "
-            f"{draft_tok.eos_token_id}); choose a draft from the target's model family"
-        )
     return size
+
+
+def check_eos(target_eos: tuple[int, ...], draft_eos: tuple[int, ...]) -> tuple[int, ...]:
+    """The pair's EOS ids; a ConfigError if target and draft end generations differently."""
+    if set(target_eos) != set(draft_eos):
+        raise ConfigError(
+            f"target and draft disagree on EOS ({list(target_eos)} vs {list(draft_eos)}); "
+            "choose a draft from the target's model family"
+        )
+    return target_eos
 
 
 class ModelPool:

@@ -25,11 +25,18 @@ from .config import USES_DRAFT, ConfigError, SpecBenchConfig
 from .decoding import GenerationResult, StopCondition, autoregressive_generate, speculative_generate
 from .decoding.hf import hf_generate
 from .decoding.replay import Replay, open_replay
-from .models import ModelPool, check_tokenizers, load_tokenizer, preflight
+from .models import (
+    ModelPool,
+    check_eos,
+    check_tokenizers,
+    eos_token_ids,
+    load_tokenizer,
+    preflight,
+)
 from .profile import run_profile
 from .provenance import provenance
 from .records import AUDIT, ITERATIONS, PROFILE, RECORDS, job_done, write_job, write_text
-from .tasks import Prompt, Scorer, load_prompts, scorer
+from .tasks import Prompt, Scorer, format_prompts, load_prompts, scorer
 from .tracking import track
 
 log = logging.getLogger(__name__)
@@ -57,9 +64,11 @@ class Prepared:
     prompts: list[Prompt]
     tokenizer: Any
     vocab_size: int
-    stop: StopCondition | None
+    stop: StopCondition | None  # None in fixed-length timing
     score: Scorer
     replay: Replay | None = None  # decoder=replay: the recorded trace
+    eos_token_ids: tuple[int, ...] = ()  # ends a generation; cuts fixed-length completions
+    first_index: int = 0  # index of prompts[0] in the task (bench.shard): seeds use it
 
     @property
     def uses_draft(self) -> bool:
@@ -75,27 +84,41 @@ class Prepared:
         return [name] + [m for m in extra if m != name]
 
 
+def shard_prompts(prompts: list[Prompt], shard: tuple[int, int]) -> tuple[list[Prompt], int]:
+    """The i-th of n contiguous blocks of prompts, and the index of its first prompt."""
+    index, count = shard
+    start, stop = len(prompts) * index // count, len(prompts) * (index + 1) // count
+    if start == stop:
+        raise ConfigError(f"bench.shard={index}/{count} is empty: {len(prompts)} prompts")
+    return prompts[start:stop], start
+
+
 def prepare(job: SpecBenchConfig) -> Prepared:
     """Cheap checks that must pass before any model loads."""
     score = scorer(job.task)
-    prompts = load_prompts(job.task, job.bench.num_prompts)
+    prompts, first = shard_prompts(
+        load_prompts(job.task, job.bench.num_prompts), job.bench.shard_index()
+    )
     replay = None
     if job.decoder.name == "replay":  # the trace must exist and cover this job's runs
-        seed_of = partial(derive_seed, job.bench.seed)
         pids = [p.id for p in prompts]
+        seed_of = partial(shard_seed, job.bench.seed, first)
         replay = open_replay(job.decoder, pids, job.bench.repeats, seed_of, job.bench.seed)
     uses_draft = job.decoder.name in USES_DRAFT
     for model in (job.target, job.draft) if uses_draft else (job.target,):
         preflight(model)
-    tokenizer = load_tokenizer(job.target, job.target.torch_dtype_name(job.backend.dtype))
+    target_dtype = job.target.torch_dtype_name(job.backend.dtype)
+    tokenizer = load_tokenizer(job.target, target_dtype)
     vocab_size = len(tokenizer)
+    eos = eos_token_ids(job.target, tokenizer, target_dtype)
     if uses_draft:
         draft_dtype = job.draft.torch_dtype_name(job.backend.dtype)
-        vocab_size = check_tokenizers(tokenizer, load_tokenizer(job.draft, draft_dtype))
-    stop = StopCondition.from_tokenizer(tokenizer, job.task.stop_strings)
-    if job.bench.fixed_length:
-        stop = None
-    return Prepared(job, prompts, tokenizer, vocab_size, stop, score, replay)
+        draft_tokenizer = load_tokenizer(job.draft, draft_dtype)
+        vocab_size = check_tokenizers(tokenizer, draft_tokenizer)
+        eos = check_eos(eos, eos_token_ids(job.draft, draft_tokenizer, draft_dtype))
+    prompts = format_prompts(job.task, prompts, tokenizer)
+    stop = None if job.bench.fixed_length else StopCondition(eos, tuple(job.task.stops), tokenizer)
+    return Prepared(job, prompts, tokenizer, vocab_size, stop, score, replay, eos, first)
 
 
 def generate(
@@ -126,6 +149,11 @@ def derive_seed(base: int, prompt_index: int, repeat: int) -> int:
     return base * 1_000_003 + prompt_index * 1009 + repeat
 
 
+def shard_seed(base: int, first: int, local_index: int, repeat: int) -> int:
+    """The seed of a shard's local prompt index: the same as in an unsharded run."""
+    return derive_seed(base, first + local_index, repeat)
+
+
 def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
     """Warm up, then time every method on every prompt x repeat; rows for both tables."""
     job, device = prep.job, prep.job.backend.device
@@ -141,7 +169,7 @@ def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
     cells = [(i, r) for i in range(len(prep.prompts)) for r in range(job.bench.repeats)]
     bar = tqdm(cells, desc=f"{job.experiment} {job.decoder.name} k={job.decoder.k}", unit="run")
     for step, (i, repeat) in enumerate(bar):
-        seed = derive_seed(job.bench.seed, i, repeat)
+        seed = shard_seed(job.bench.seed, prep.first_index, i, repeat)
         order = prep.methods if step % 2 == 0 else prep.methods[::-1]
         for method in order:
             gen = torch.Generator(device).manual_seed(seed)
@@ -182,8 +210,19 @@ def result_row(
         "target_s": res.target_s,
         "overhead_s": res.overhead_s,
         "stopped_by": res.stopped_by,
-        "completion": prep.tokenizer.decode(res.tokens, skip_special_tokens=True),
+        # Scored text: cut at the first EOS (fixed-length runs generate past it), specials
+        # dropped; the raw text keeps every token, special ones included, for re-scoring.
+        "completion": prep.tokenizer.decode(
+            cut_at_eos(res.tokens, prep.eos_token_ids), skip_special_tokens=True
+        ),
+        "completion_raw": prep.tokenizer.decode(res.tokens, skip_special_tokens=False),
     }
+
+
+def cut_at_eos(tokens: list[int], eos_token_ids: tuple[int, ...]) -> list[int]:
+    """tokens up to (excluding) the first EOS id."""
+    end = next((i for i, t in enumerate(tokens) if t in eos_token_ids), len(tokens))
+    return tokens[:end]
 
 
 def iteration_rows(method: str, prompt_id: str, repeat: int, res: GenerationResult) -> list[dict]:
@@ -267,8 +306,7 @@ def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[st
     prep = prepare(job)
     if job.backend.num_threads:
         torch.set_num_threads(job.backend.num_threads)
-    if job.backend.compile:  # one graph per decode shape (T = 1..K+1): above dynamo's 8
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    # backend.compile: decoding.common.compiled_call sets dynamo up, inside every CachedLM.
     models = pool.get(job.target, job.draft if prep.uses_draft else None, job.backend)
     shared = job_columns(job, job_id, prep.uses_draft) | provenance(job.backend.device)
     write_text(job_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))

@@ -15,6 +15,12 @@ from transformers import (
 FAMILIES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
 SPECIALS = ("<bos>", "<eos>", "<pad>")  # ids 256, 257, 258 after the 256 byte tokens
 BYTE_VOCAB = 256 + len(SPECIALS)
+# A plain-text chat template, so chat-format prompts run on tiny models too.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}"
+    "{% if not (loop.last and m['role'] == 'assistant') %}<eos>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
 
 
 def byte_tokenizer() -> PreTrainedTokenizerFast:
@@ -25,9 +31,11 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=SPECIALS[0], eos_token=SPECIALS[1], pad_token=SPECIALS[2]
     )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 def tiny_model(

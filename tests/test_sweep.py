@@ -119,3 +119,22 @@ def test_hf_loader_reads_a_local_checkpoint(tmp_path, saved_tiny_dirs):
     by_method = records.pivot_table(index=["prompt_id", "repeat"], columns="method",
                                     values="completion", aggfunc="first")  # fmt: skip
     assert (by_method.speculative == by_method.autoregressive).all()
+
+
+def test_shards_gather_into_the_unsharded_run(tmp_path):
+    """bench.shard=i/n splits the prompts into blocks; seeds and rows match one whole run."""
+    common = ["+experiment=smoke", "bench.num_prompts=3", "bench.repeats=1", "decoder.k=2"]
+    whole = run_cli(*common, f"results_dir={tmp_path / 'whole'}")
+    parts = run_cli(*common, "-m", "bench.shard=0/2,1/2", f"results_dir={tmp_path / 'parts'}")
+    assert whole.returncode == 0 and parts.returncode == 0, parts.stderr[-3000:]
+    cols = ["method", "prompt_id", "repeat", "seed", "completion"]
+    one = pd.read_parquet(tmp_path / "whole" / "smoke" / "records.parquet")
+    split = pd.read_parquet(tmp_path / "parts" / "smoke" / "records.parquet")
+    assert split.groupby("job").prompt_id.nunique().to_dict() == {
+        "bench.num_prompts=3,bench.repeats=1,bench.shard=0_2,decoder.k=2": 1,
+        "bench.num_prompts=3,bench.repeats=1,bench.shard=1_2,decoder.k=2": 2,
+    }
+    key = ["method", "prompt_id"]
+    assert (
+        one[cols].sort_values(key).values.tolist() == split[cols].sort_values(key).values.tolist()
+    )

