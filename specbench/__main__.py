@@ -20,7 +20,16 @@ from .models import ModelPool
 from .records import FAILURES, write_failure
 from .runner import run
 
-CONF = Path(__file__).resolve().parent.parent / "conf"  # absolute: also for the console script
+
+def config_dir() -> Path:
+    """The YAML config tree, as an absolute path: `specbench/conf` where a wheel installed it,
+    else the checkout's top-level `conf/` (a source tree or an editable install)."""
+    package = Path(__file__).resolve().parent
+    shipped = package / "conf"
+    return shipped if (shipped / "config.yaml").is_file() else package.parent / "conf"
+
+
+CONF = config_dir()
 POOL = ModelPool()  # models live as long as this process: a K sweep loads its pair once
 FAILED: list[str] = []  # "job: error" for each job of this process that raised
 JOB_DIRS: list[Path] = []  # every job this process ran or skipped

@@ -18,6 +18,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _git(*args: str) -> str | None:
+    """git in the checkout specbench runs from; None for an installed copy (whose site-packages
+    may sit inside some other repository) or without git."""
+    if not (REPO / ".git").exists():
+        return None
     try:
         out = subprocess.run(
             ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
