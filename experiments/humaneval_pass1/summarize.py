@@ -1,0 +1,39 @@
+"""pass@1 (Wilson 95%), greedy parity and stop reasons from the humaneval_pass1 records.
+
+    python experiments/humaneval_pass1/summarize.py [results]
+
+Reads results/humaneval_pass1 (and results/humaneval_pass1_parity when present), writes
+results/humaneval_pass1/pass_at_1.csv and prints the tables the README quotes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from specbench.analysis.quality import greedy_parity, pass_at_1
+from specbench.records import write_table
+
+
+def main(results: Path) -> None:
+    records = pd.read_parquet(results / "humaneval_pass1" / "records.parquet")
+    records["prompt_format"] = records.job.str.contains("prompt_format=raw").map(
+        {True: "raw", False: "chat"}
+    )
+    table = pass_at_1(records, ["prompt_format", "method"])
+    write_table(results / "humaneval_pass1" / "pass_at_1.csv", table)
+    print(table.round(3).to_string(index=False))
+    print(records.groupby("prompt_format").stopped_by.value_counts().to_string())
+    print(records.groupby("prompt_format").new_tokens.describe().to_string())
+    parity_dir = results / "humaneval_pass1_parity"
+    if (parity_dir / "records.parquet").is_file():
+        parity = pd.read_parquet(parity_dir / "records.parquet")
+        parity_stats = greedy_parity(parity, "speculative")
+        print("parity (speculative vs autoregressive, greedy):", parity_stats)
+        print(pass_at_1(parity, ["method"]).round(3).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results"))
