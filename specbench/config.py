@@ -32,6 +32,7 @@ TRACKING_MODES = ("disabled", "offline", "online")
 JOB_KINDS = ("time", "audit")  # bench.kind; decoder=scoring_profile runs the profile job
 AUDITABLE = ("speculative", "hf_assisted", "autoregressive", "hf_generate")
 PROMPT_FORMATS = ("raw", "chat")
+QUANTIZE = ("none", "int8", "int4")  # specbench.quantize: weight-only linears, CPU kernels
 
 
 @dataclass
@@ -60,6 +61,9 @@ class ModelConfig:
     # Extra ids that end a generation, added to the tokenizer's and generation_config's EOS
     # (a GGUF file keeps only the tokenizer's; the hub generation_config may list more).
     eos_token_ids: list[int] = field(default_factory=list)
+    # Weight-only quantization of every linear layer (CPU): int8 per output channel, or int4 in
+    # groups of 32. A latency lever for drafts: speculative output stays the target's law.
+    quantize: str = "none"
     tiny: TinySpec = field(default_factory=TinySpec)
     shape: dict[str, Any] = field(default_factory=dict)  # loader=shape: config fields to change
 
@@ -75,6 +79,10 @@ class ModelConfig:
         _require(
             self.dtype is None or self.dtype in DTYPES,
             f"model {self.name!r}: dtype must be one of {DTYPES} or null, got {self.dtype!r}",
+        )
+        _require(
+            self.quantize in QUANTIZE,
+            f"model {self.name!r}: quantize must be one of {QUANTIZE}, got {self.quantize!r}",
         )
 
     def torch_dtype_name(self, backend_dtype: str) -> str:
@@ -273,6 +281,13 @@ class SpecBenchConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
 
     def __post_init__(self) -> None:
+        for role in ("target", "draft"):
+            model = getattr(self, role)
+            _require(
+                getattr(model, "quantize", "none") == "none" or self.backend.device == "cpu",
+                f"{role}.quantize={model.quantize} runs on torch's CPU kernels; "
+                f"use backend=cpu_bf16 (or set {role}.quantize=none on {self.backend.device})",
+            )
         if self.bench.kind != "audit":
             return
         _require(

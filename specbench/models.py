@@ -12,6 +12,7 @@ import torch
 
 from .config import BackendConfig, ConfigError, ModelConfig
 from .packaged import PACKAGED, locate_parts, lookup, materialize
+from .quantize import quantize_linears
 from .shapes import lookup_shape, shape_model
 from .tiny import byte_tokenizer, perturbed_copy, tiny_model
 
@@ -140,7 +141,7 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     if single_device(backend):
         dtype = TORCH_DTYPES[cfg.torch_dtype_name(backend.dtype)]
         model = model.to(device=backend.device, dtype=dtype)
-    return model.eval()
+    return quantize_linears(model, cfg.quantize).eval()
 
 
 def check_tokenizers(target_tok: Any, draft_tok: Any) -> int:

@@ -32,6 +32,8 @@ CASES = [
     ("wrong type: temperature", ["sampling.temperature=hot"], "converted to Float"),
     ("unparsable override", ["decoder.k=["], "check the key's spelling"),
     ("K = 0", ["decoder.k=0"], "decoder.k must be >= 1"),
+    ("unknown quantize mode", ["draft.quantize=int3"], "quantize must be one of"),
+    ("quantize off the CPU", ["draft.quantize=int8", "backend=cuda"], "runs on torch's CPU"),
     ("negative temperature", ["sampling.temperature=-0.5"], "temperature must be >= 0"),
     ("top_p = 0", ["sampling.top_p=0"], "top_p must be in (0, 1]"),
     ("top_p > 1", ["sampling.top_p=1.5"], "top_p must be in (0, 1]"),

@@ -1,0 +1,90 @@
+"""Weight-only int8 / int4 linear layers on torch's CPU kernels (gpt-fast's scheme).
+
+A latency lever for the *draft*: speculative sampling stays exact whatever the draft is, so a
+cheaper draft only moves acceptance and speed. `ModelConfig.quantize` picks the mode; every
+`nn.Linear` (the lm_head included, untied from the embedding) is swapped for one of these.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import QUANTIZE
+
+INT4_GROUP = 32  # weights per (scale, zero) pair: the GGUF Q4_K grid's block size
+
+
+class Int8Linear(nn.Module):
+    """y = x @ (int8 weight * per-output-channel scale)^T + bias (aten._weight_int8pack_mm)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach().float()  # [out, in]
+        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127  # [out]
+        quantized = torch.round(weight / scales[:, None]).clamp(-128, 127).to(torch.int8)
+        self.register_buffer("weight", quantized)
+        self.register_buffer("scales", scales.to(linear.weight.dtype))
+        self.bias = linear.bias
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).contiguous()  # [tokens, in]
+        out = torch.ops.aten._weight_int8pack_mm(flat, self.weight, self.scales)  # [tokens, out]
+        out = out.reshape(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
+
+
+class Int4Linear(nn.Module):
+    """Group-wise asymmetric 4-bit weights, groups of INT4_GROUP inputs
+    (aten._weight_int4pack_mm_for_cpu); w ~= (q - 8) * scale + zero per group."""
+
+    def __init__(self, linear: nn.Linear, group: int = INT4_GROUP) -> None:
+        super().__init__()
+        out_f, in_f = linear.weight.shape
+        weight = linear.weight.detach().float().reshape(out_f, in_f // group, group)
+        low, high = weight.amin(-1, keepdim=True), weight.amax(-1, keepdim=True)
+        scale = (high - low).clamp(min=1e-8) / 15  # [out, in/group, 1]
+        codes = torch.round((weight - low) / scale).clamp(0, 15).reshape(out_f, in_f)
+        zero = low + 8 * scale
+        pairs = torch.cat([scale, zero], dim=-1).transpose(0, 1)  # [in/group, out, 2]
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+        self.register_buffer("weight", packed)
+        self.register_buffer("scales_and_zeros", pairs.contiguous().to(linear.weight.dtype))
+        self.bias = linear.bias
+        self.group, self.in_features, self.out_features = group, in_f, out_f
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).contiguous()  # [tokens, in]
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            flat, self.weight, self.group, self.scales_and_zeros
+        )  # [tokens, out]
+        out = out.reshape(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
+
+
+def quantizable(linear: nn.Linear, mode: str) -> bool:
+    """Whether the kernel takes this layer's shape (int4: whole input groups, outputs by 16)."""
+    return mode == "int8" or (
+        linear.in_features % INT4_GROUP == 0 and linear.out_features % 16 == 0
+    )
+
+
+def quantize_linears(model: nn.Module, mode: str) -> nn.Module:
+    """Swap every nn.Linear of a CPU model for its weight-only `mode` version, in place
+    (a layer whose shape the int4 kernel does not take stays as it is)."""
+    if mode == "none":
+        return model
+    if mode not in QUANTIZE:
+        raise ValueError(f"quantize must be one of {QUANTIZE}, got {mode!r}")
+    layer = Int8Linear if mode == "int8" else Int4Linear
+    targets = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and quantizable(module, mode)
+    ]
+    for name, module in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, layer(module))
+    return model

@@ -1,0 +1,78 @@
+"""Weight-only int8 / int4 linears: close to the float layer, and a quantized draft keeps
+speculative sampling exact (the draft only moves acceptance)."""
+
+import numpy as np
+import pytest
+import torch
+from stats_helpers import chi2_pvalue
+from test_exactness import PROMPT, M, V, exact_joint
+
+from specbench import SamplingParams, autoregressive_generate, speculative_generate
+from specbench.config import BackendConfig, ConfigError, ModelConfig, TinySpec
+from specbench.models import load_model
+from specbench.quantize import Int4Linear, Int8Linear, quantizable, quantize_linears
+from specbench.tiny import perturbed_copy, tiny_model
+
+
+@pytest.mark.parametrize("layer", [Int8Linear, Int4Linear])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantized_linear_is_close_to_the_float_layer(layer, dtype):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 96, bias=True).to(dtype)
+    x = torch.randn(2, 3, 64, dtype=dtype)  # [batch, seq, in]
+    out = layer(linear)(x)
+    ref = linear(x)
+    assert out.shape == ref.shape == (2, 3, 96) and out.dtype == dtype
+    relative = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert relative < (0.02 if layer is Int8Linear else 0.15)
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_quantize_linears_swaps_every_linear_and_keeps_the_logits(mode):
+    model = tiny_model("qwen2", seed=3, hidden=64, std=0.1)
+    ids = torch.tensor([[1, 5, 9, 2, 7]])
+    with torch.no_grad():
+        ref = model(ids).logits
+        quantize_linears(model, mode)
+        out = model(ids).logits
+    left = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert not any(quantizable(m, mode) for m in left)
+    assert len(left) <= 1  # int4 keeps only the 259-way lm_head (outputs not a multiple of 16)
+    correlation = torch.corrcoef(torch.stack([out.ravel(), ref.ravel()]))[0, 1]
+    assert correlation > (0.99 if mode == "int8" else 0.95)
+
+
+def test_int8_draft_keeps_the_target_law():
+    target = tiny_model("qwen2", vocab=V, seed=1, std=0.2)
+    draft = quantize_linears(perturbed_copy(target, noise=0.2, seed=2), "int8")
+    params, gen = SamplingParams(1.0), torch.Generator().manual_seed(99)
+    counts = np.zeros(V**M)
+    for _ in range(1200):
+        res = speculative_generate(
+            target, draft, PROMPT, k=2, max_new_tokens=M, sampling=params, generator=gen
+        )
+        counts[np.ravel_multi_index(res.tokens[:M], [V] * M)] += 1
+    assert chi2_pvalue(counts, exact_joint(target, params)) > 0.01
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_quantized_draft_greedy_equals_target_greedy(mode):
+    target = tiny_model("qwen2", seed=4)
+    draft = quantize_linears(perturbed_copy(target, noise=0.3, seed=5), mode)
+    prompt = torch.tensor([[10, 20, 30, 40]])
+    greedy = SamplingParams(0.0)
+    spec = speculative_generate(
+        target, draft, prompt, k=4, max_new_tokens=24, sampling=greedy, generator=None
+    )
+    plain = autoregressive_generate(
+        target, prompt, max_new_tokens=24, sampling=greedy, generator=None
+    )
+    assert spec.tokens == plain.tokens
+
+
+def test_quantize_is_a_model_config_knob():
+    cfg = ModelConfig(name="d", loader="tiny", tiny=TinySpec(hidden=32), quantize="int4")
+    model = load_model(cfg, BackendConfig())
+    assert any(isinstance(m, Int4Linear) for m in model.modules())
+    with pytest.raises(ConfigError, match="quantize must be one of"):
+        ModelConfig(name="d", loader="tiny", quantize="int3")
