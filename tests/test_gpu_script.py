@@ -97,10 +97,12 @@ def test_killed_halfway_leaves_the_lines_measured_so_far(tmp_path):
     assert summary["autoregressive_eager_ms_per_token"] > 0
 
 
-def test_compiled_call_is_one_per_model_and_lifts_dynamo_recompile_limit(monkeypatch):
+def test_compiled_call_is_one_per_model_and_lifts_dynamo_recompile_limit():
     """Target and draft share dynamo's cache (nn.Module.__call__): 8 graphs fail at K = 4."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
-    model = tiny_model("llama", seed=1)
-    step = compiled_call(model)
-    assert torch._dynamo.config.recompile_limit == RECOMPILE_LIMIT
-    assert compiled_call(model) is step
+    # dynamo's own patch: pytest's monkeypatch undoes by delattr on torch's config module,
+    # which hides the option from every later test.
+    with torch._dynamo.config.patch(recompile_limit=8):
+        model = tiny_model("llama", seed=1)
+        step = compiled_call(model)
+        assert torch._dynamo.config.recompile_limit == RECOMPILE_LIMIT
+        assert compiled_call(model) is step
