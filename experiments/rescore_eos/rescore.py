@@ -52,11 +52,12 @@ def rescore_job(job_dir: Path, pool: ModelPool) -> dict[str, int]:
     job = job_config(job_dir)
     prep = prepare(job)
     records = pd.read_parquet(job_dir / RECORDS)
-    mask = suspects(records, prep.tokenizer)
-    stats = {"rows": len(records), "suspect": int(mask.sum()), "changed": 0, "unreproduced": 0}
+    if "eos_rescore" not in records:  # a rerun keeps what an earlier pass re-scored
+        records["eos_rescore"] = "clean"
     if "completion_raw" not in records:
         records["completion_raw"] = None
-    records["eos_rescore"] = "clean"
+    mask = suspects(records, prep.tokenizer) & (records.eos_rescore != "rescored")
+    stats = {"rows": len(records), "suspect": int(mask.sum()), "changed": 0, "unreproduced": 0}
     if mask.any():
         models = pool.get(job.target, job.draft if prep.uses_draft else None, job.backend)
         by_id = {p.id: (i, p) for i, p in enumerate(prep.prompts)}
