@@ -284,7 +284,7 @@ class SpecBenchConfig:
         for role in ("target", "draft"):
             model = getattr(self, role)
             _require(
-                getattr(model, "quantize", "none") == "none" or self.backend.device == "cpu",
+                model.quantize == "none" or self.backend.device == "cpu",
                 f"{role}.quantize={model.quantize} runs on torch's CPU kernels; "
                 f"use backend=cpu_bf16 (or set {role}.quantize=none on {self.backend.device})",
             )
