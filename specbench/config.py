@@ -64,6 +64,9 @@ class ModelConfig:
     # Weight-only quantization of every linear layer (CPU): int8 per output channel, or int4 in
     # groups of 32. A latency lever for drafts: speculative output stays the target's law.
     quantize: str = "none"
+    # Drafts only: propose among this many token ids (the lowest ids plus every special token;
+    # specbench.draft_vocab), a narrower lm_head. null = the whole vocabulary.
+    draft_vocab: int | None = None
     tiny: TinySpec = field(default_factory=TinySpec)
     shape: dict[str, Any] = field(default_factory=dict)  # loader=shape: config fields to change
 
@@ -83,6 +86,10 @@ class ModelConfig:
         _require(
             self.quantize in QUANTIZE,
             f"model {self.name!r}: quantize must be one of {QUANTIZE}, got {self.quantize!r}",
+        )
+        _require(
+            self.draft_vocab is None or self.draft_vocab >= 1,
+            f"model {self.name!r}: draft_vocab must be >= 1 token ids (or null for all)",
         )
 
     def torch_dtype_name(self, backend_dtype: str) -> str:
@@ -288,6 +295,11 @@ class SpecBenchConfig:
                 f"{role}.quantize={model.quantize} runs on torch's CPU kernels; "
                 f"use backend=cpu_bf16 (or set {role}.quantize=none on {self.backend.device})",
             )
+        _require(
+            self.target.draft_vocab is None,
+            "target.draft_vocab narrows what a model proposes; on the target it would change "
+            "the law being sampled. Set it on the draft (draft.draft_vocab=N) or leave it null",
+        )
         if self.bench.kind != "audit":
             return
         _require(

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .config import BackendConfig, ConfigError, ModelConfig
+from .draft_vocab import narrow_vocab
 from .packaged import PACKAGED, locate_parts, lookup, materialize
 from .quantize import quantize_linears
 from .shapes import lookup_shape, shape_model
@@ -141,6 +142,9 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     if single_device(backend):
         dtype = TORCH_DTYPES[cfg.torch_dtype_name(backend.dtype)]
         model = model.to(device=backend.device, dtype=dtype)
+    if cfg.draft_vocab is not None:
+        tokenizer = load_tokenizer(cfg, cfg.torch_dtype_name(backend.dtype))
+        model = narrow_vocab(model, tokenizer, cfg.draft_vocab)
     return quantize_linears(model, cfg.quantize).eval()
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .decoding.common import CachedLM, Clock, model_device
+from .decoding.common import CachedLM, Clock, head_width, model_device
 
 
 @torch.inference_mode()
@@ -22,7 +22,7 @@ def profile_model(
     device = model_device(model)
     lm = CachedLM(model)
     lm.forward(prefix.to(device), keep=1)  # the cached prefix (untimed)
-    vocab = model.get_output_embeddings().weight.shape[0]
+    vocab = head_width(model)
     new = torch.randint(0, vocab, (1, max_q), generator=torch.Generator().manual_seed(0))
     new = new.to(device)
     rows = []

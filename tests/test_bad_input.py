@@ -34,6 +34,8 @@ CASES = [
     ("K = 0", ["decoder.k=0"], "decoder.k must be >= 1"),
     ("unknown quantize mode", ["draft.quantize=int3"], "quantize must be one of"),
     ("quantize off the CPU", ["draft.quantize=int8", "backend=cuda"], "runs on torch's CPU"),
+    ("draft_vocab on the target", ["target.draft_vocab=64"], "on the target it would change"),
+    ("draft_vocab of zero ids", ["draft.draft_vocab=0"], "draft_vocab must be >= 1"),
     ("negative temperature", ["sampling.temperature=-0.5"], "temperature must be >= 0"),
     ("top_p = 0", ["sampling.top_p=0"], "top_p must be in (0, 1]"),
     ("top_p > 1", ["sampling.top_p=1.5"], "top_p must be in (0, 1]"),

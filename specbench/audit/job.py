@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from ..config import USES_DRAFT, AuditConfig
 from ..decoding import pair_vocab_size
+from ..decoding.common import head_width
 from ..records import AUDIT, AUDIT_SAMPLES, AUDIT_TOKENS, write_job
 from ..sampling import SamplingParams
 from .checks import REST, CheckSettings, conclude, prefix_tests
@@ -39,7 +40,7 @@ def audit_vocab(models: tuple, vocab_size: int) -> int:
     target, draft = models
     if draft is not None:
         return pair_vocab_size(target, draft, vocab_size)
-    return min(vocab_size, target.get_output_embeddings().weight.shape[0])
+    return min(vocab_size, head_width(target))
 
 
 def derive_seed(base: int, prefix_index: int) -> int:

@@ -204,5 +204,11 @@ def check_inputs(input_ids: torch.Tensor, max_new_tokens: int) -> None:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
 
 
+def head_width(model: torch.nn.Module) -> int:
+    """Rows of the model's lm_head (its logits' width), whatever module implements it."""
+    head = model.get_output_embeddings()
+    return getattr(head, "out_features", None) or head.weight.shape[0]
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device

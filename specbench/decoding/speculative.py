@@ -13,6 +13,7 @@ from .common import (
     GenerationResult,
     StopCondition,
     check_inputs,
+    head_width,
     model_device,
     static_cache_len,
 )
@@ -29,8 +30,8 @@ def pair_vocab_size(target: torch.nn.Module, draft: torch.nn.Module, vocab_size:
     beyond both heads (added tokens no model can emit) are dropped.
     """
     widths = {
-        "target": target.get_output_embeddings().weight.shape[0],
-        "draft": draft.get_output_embeddings().weight.shape[0],
+        "target": head_width(target),
+        "draft": head_width(draft),
     }
     if vocab_size is None and widths["target"] != widths["draft"]:
         raise ValueError(
