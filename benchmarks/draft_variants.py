@@ -99,21 +99,30 @@ def latency(lms: dict[str, CachedLM], prefix: torch.Tensor, settings: dict, roun
     return rows
 
 
+def stepwise_logits(model, ids: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """(1, N, V) logits predicting each of `new` (1, N) after `ids`, computed the way the draft
+    runs in the loop: the prompt prefilled, then one token per cached step."""
+    lm = CachedLM(model)
+    out = [lm.forward(ids, keep=1)]
+    out += [lm.forward(new[:, j : j + 1], keep=1) for j in range(new.shape[1] - 1)]
+    return torch.cat(out, 1)
+
+
 @torch.inference_mode()
 def acceptance(target, drafts: dict, prep: Prepared, setting: str, gen_seed: int) -> list:
     """Rows (variant, setting, prompt, alpha): mean beta along the target's own continuation."""
-    params, rows = prep.job.sampling.params(), []
+    params, vocab, rows = prep.job.sampling.params(), prep.vocab_size, []
     for i, prompt in enumerate(prep.prompts):
         ids = encode(prep, i)
         gen = torch.Generator().manual_seed(gen_seed + i)
         res = generate("autoregressive", prep, (target, None), ids, gen, prep.job.max_new_tokens)
-        seq = torch.cat([ids, torch.tensor([res.tokens])], 1)  # (1, P + N)
+        new = torch.tensor([res.tokens])  # (1, N)
+        seq = torch.cat([ids, new], 1)  # (1, P + N)
         window = slice(ids.shape[1] - 1, seq.shape[1] - 1)  # positions that predict the new N
-        vocab = prep.vocab_size
         target_probs = logits_to_probs(target(seq).logits[:, window, :vocab], params)
         for name, draft in drafts.items():
-            draft_probs = logits_to_probs(draft(seq).logits[:, window, :vocab], params)
-            beta = expected_acceptance(target_probs, draft_probs)  # (1, N)
+            logits = stepwise_logits(draft, ids, new)[..., :vocab]
+            beta = expected_acceptance(target_probs, logits_to_probs(logits, params))  # (1, N)
             row = {"variant": name, "setting": setting, "prompt_id": prompt.id}
             rows.append(row | {"alpha": float(beta.mean())})
     return rows

@@ -59,5 +59,7 @@ def run_profile(prep, models: tuple, job_dir: Path, shared: dict) -> dict:
         for (role, q), g in table.groupby(["model", "q"])
         if q in (1, 4, 8, job.decoder.max_q)
     } | {f"{role}_ms_q1": float(v) for role, v in ms_at_1.items()}
+    if {"target", "draft"} <= set(ms_at_1.index):  # the paper's c: a draft step / a target step
+        summary["c"] = float(ms_at_1["draft"] / ms_at_1["target"])
     write_job(job_dir, {PROFILE: table}, summary | {"finished": time.time()})
     return summary

@@ -1,8 +1,10 @@
 """Weight-only int8 / int4 linear layers on torch's CPU kernels (gpt-fast's scheme).
 
 A latency lever for the *draft*: speculative sampling stays exact whatever the draft is, so a
-cheaper draft only moves acceptance and speed. `ModelConfig.quantize` picks the mode; every
-`nn.Linear` (the lm_head included, untied from the embedding) is swapped for one of these.
+cheaper draft only moves acceptance and speed. Decode steps (<= DENSE_TOKENS tokens) use the
+int kernels; a prompt's prefill uses the float weights, kept beside them (memory for latency).
+`ModelConfig.quantize` picks the mode; every `nn.Linear` (the lm_head included, untied from the
+embedding) is swapped for one of these.
 """
 
 from __future__ import annotations
@@ -13,34 +15,53 @@ from torch import nn
 from .config import QUANTIZE
 
 INT4_GROUP = 32  # weights per (scale, zero) pair: the GGUF Q4_K grid's block size
+# Calls with more tokens than this (a prompt's prefill) run on the float weights: the int kernels
+# are batch-1 kernels, 2.5x slower than a bf16 GEMM at 1024 tokens (4.7x faster at one token).
+DENSE_TOKENS = 8
 
 
-class Int8Linear(nn.Module):
-    """y = x @ (int8 weight * per-output-channel scale)^T + bias (aten._weight_int8pack_mm)."""
+class WeightOnly(nn.Module):
+    """Base of the weight-only layers: decode steps on the int kernel (`_int_forward`), prefill
+    on the original float weight (kept as `dense`), bias added after either."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        weight = linear.weight.detach().float()  # [out, in]
-        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127  # [out]
-        quantized = torch.round(weight / scales[:, None]).clamp(-128, 127).to(torch.int8)
-        self.register_buffer("weight", quantized)
-        self.register_buffer("scales", scales.to(linear.weight.dtype))
+        self.register_buffer("dense", linear.weight.detach())
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).contiguous()  # [tokens, in]
-        out = torch.ops.aten._weight_int8pack_mm(flat, self.weight, self.scales)  # [tokens, out]
-        out = out.reshape(*x.shape[:-1], self.out_features)
+        if flat.shape[0] > DENSE_TOKENS:
+            return nn.functional.linear(x, self.dense, self.bias)
+        out = self._int_forward(flat).reshape(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias
 
+    def _int_forward(self, flat: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
-class Int4Linear(nn.Module):
+
+class Int8Linear(WeightOnly):
+    """y = x @ (int8 weight * per-output-channel scale)^T + bias (aten._weight_int8pack_mm)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__(linear)
+        weight = linear.weight.detach().float()  # [out, in]
+        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127  # [out]
+        quantized = torch.round(weight / scales[:, None]).clamp(-128, 127).to(torch.int8)
+        self.register_buffer("weight", quantized)
+        self.register_buffer("scales", scales.to(linear.weight.dtype))
+
+    def _int_forward(self, flat: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(flat, self.weight, self.scales)  # [tokens, out]
+
+
+class Int4Linear(WeightOnly):
     """Group-wise asymmetric 4-bit weights, groups of INT4_GROUP inputs
     (aten._weight_int4pack_mm_for_cpu); w ~= (q - 8) * scale + zero per group."""
 
     def __init__(self, linear: nn.Linear, group: int = INT4_GROUP) -> None:
-        super().__init__()
+        super().__init__(linear)
         out_f, in_f = linear.weight.shape
         weight = linear.weight.detach().float().reshape(out_f, in_f // group, group)
         low, high = weight.amin(-1, keepdim=True), weight.amax(-1, keepdim=True)
@@ -51,16 +72,12 @@ class Int4Linear(nn.Module):
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
         self.register_buffer("weight", packed)
         self.register_buffer("scales_and_zeros", pairs.contiguous().to(linear.weight.dtype))
-        self.bias = linear.bias
-        self.group, self.in_features, self.out_features = group, in_f, out_f
+        self.group = group
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).contiguous()  # [tokens, in]
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
+    def _int_forward(self, flat: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(
             flat, self.weight, self.group, self.scales_and_zeros
         )  # [tokens, out]
-        out = out.reshape(*x.shape[:-1], self.out_features)
-        return out if self.bias is None else out + self.bias
 
 
 def quantizable(linear: nn.Linear, mode: str) -> bool:

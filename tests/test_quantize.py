@@ -10,7 +10,13 @@ from test_exactness import PROMPT, M, V, exact_joint
 from specbench import SamplingParams, autoregressive_generate, speculative_generate
 from specbench.config import BackendConfig, ConfigError, ModelConfig, TinySpec
 from specbench.models import load_model
-from specbench.quantize import Int4Linear, Int8Linear, quantizable, quantize_linears
+from specbench.quantize import (
+    DENSE_TOKENS,
+    Int4Linear,
+    Int8Linear,
+    quantizable,
+    quantize_linears,
+)
 from specbench.tiny import perturbed_copy, tiny_model
 
 
@@ -76,3 +82,14 @@ def test_quantize_is_a_model_config_knob():
     assert any(isinstance(m, Int4Linear) for m in model.modules())
     with pytest.raises(ConfigError, match="quantize must be one of"):
         ModelConfig(name="d", loader="tiny", quantize="int3")
+
+
+@pytest.mark.parametrize("layer", [Int8Linear, Int4Linear])
+def test_prefill_runs_on_the_float_weights_and_decode_on_the_int_kernel(layer):
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(64, 96).to(torch.bfloat16)
+    quantized = layer(linear)
+    prefill = torch.randn(1, DENSE_TOKENS + 1, 64, dtype=torch.bfloat16)
+    assert torch.equal(quantized(prefill), linear(prefill))  # the float path, bit for bit
+    step = prefill[:, :DENSE_TOKENS]
+    assert not torch.equal(quantized(step), linear(step))  # the int kernel: close, not equal
