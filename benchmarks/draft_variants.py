@@ -189,7 +189,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per generation")
     parser.add_argument("--rounds", type=int, default=6, help="latency rounds (5 steps each)")
     parser.add_argument("--speedup-prompts", type=int, default=3, help="0 skips phase 3")
-    parser.add_argument("--speedup-variants", default="bf16,int4,int4+vocab64k")
+    parser.add_argument("--speedup-variants", default="bf16,int4")
     parser.add_argument("--ks", default="2,4,6")
     parser.add_argument(
         "--no-compile",
@@ -200,6 +200,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/draft_variants"))
     args = parser.parse_args()
     register_configs()
+    meta = provenance("cpu") | {"tokens": args.tokens, "prompts": args.prompts}  # before any work
     preps = {s: prepared(s, args.prompts, args.tokens) for s in SETTINGS}
     job = preps[SETTINGS[0]].job
     with torch.inference_mode():
@@ -230,7 +231,6 @@ def main() -> None:
             )
         ]
     )
-    meta = provenance("cpu") | {"tokens": args.tokens, "prompts": args.prompts}
     for name, frame in [("latency", lat), ("acceptance", acc), ("speedup", spd)]:
         if len(frame):
             write_table(args.out / f"{name}.csv", frame.assign(**meta))
