@@ -120,3 +120,23 @@ def test_help_lists_config_groups():
     assert out.returncode == 0
     for group in ("backend:", "decoder:", "model:", "sampling:", "task:", "experiment: "):
         assert group in out.stdout
+
+
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize(
+    "setting, task, sampling, fixed",
+    [
+        ("xsum_greedy", "xsum", "greedy", True),
+        ("xsum_nucleus", "xsum", "nucleus_p08", True),
+        ("humaneval", "humaneval", "t08_p095", False),
+    ],
+)
+def test_paper_regime_settings_win_in_either_merge_order(
+    compose_cfg, first, setting, task, sampling, fixed
+):
+    # A multirun's +setting sweep merges before +experiment: nothing in the experiment may set
+    # what a setting decides.
+    pair = ["+experiment=paper_regime", f"+setting={setting}"]
+    job = to_config(compose_cfg(pair[::-1] if first else pair, base=None))
+    assert (job.task.name, job.sampling.name, job.bench.fixed_length) == (task, sampling, fixed)
+    assert job.draft.quantize == "int4" and job.target.quantize == "none" and job.decoder.k == 4
