@@ -34,10 +34,11 @@ from specbench.runner import Prepared, generate, prepare, to_config
 from specbench.sampling import expected_acceptance, logits_to_probs, next_token
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-VARIANTS = {  # name -> draft ModelConfig changes
-    "bf16": {},
-    "int8": {"quantize": "int8"},
-    "int4": {"quantize": "int4"},
+VARIANTS = {  # name -> the draft ModelConfig fields it sets (all of them: the experiments'
+    # default draft is already a variant, so nothing may be inherited from it)
+    "bf16": {"quantize": "none", "draft_vocab": None},
+    "int8": {"quantize": "int8", "draft_vocab": None},
+    "int4": {"quantize": "int4", "draft_vocab": None},
     "int4+vocab64k": {"quantize": "int4", "draft_vocab": 65536},
     "int4+vocab32k": {"quantize": "int4", "draft_vocab": 32768},
 }
