@@ -14,7 +14,12 @@ from matplotlib.figure import Figure
 
 from specbench.analysis import __main__ as analysis_cli
 from specbench.analysis import figures, tables, theory
-from specbench.analysis.aggregate import bootstrap_ci, paired_speedups, summary_by_k
+from specbench.analysis.aggregate import (
+    bootstrap_ci,
+    paired_speedups,
+    speedup_interval,
+    summary_by_k,
+)
 from specbench.analysis.report import report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -374,3 +379,28 @@ def test_notebook_runs_on_committed_results(experiment, monkeypatch):
     if not (ROOT / "results" / experiment / "records.parquet").is_file():
         pytest.skip(f"no committed results/{experiment}")
     execute_notebook(ROOT / "results", experiment, monkeypatch)
+
+
+def test_speedup_interval_names_its_method():
+    few = pd.DataFrame({"prompt_id": list("abc"), "speedup": [1.1, 1.5, 1.3]})
+    out = speedup_interval(few)
+    assert out["speedup_interval"] == "min-max" and out["speedup_n_prompts"] == 3
+    assert (out["speedup_low"], out["speedup"], out["speedup_high"]) == (1.1, 1.3, 1.5)
+    many = pd.DataFrame({"prompt_id": range(12), "speedup": np.linspace(1.0, 2.0, 12)})
+    out = speedup_interval(many)
+    assert out["speedup_interval"] == "bootstrap95"
+    assert 1.0 < out["speedup_low"] < out["speedup"] < out["speedup_high"] < 2.0
+
+
+def test_bootstrap_interval_covers_the_median_on_synthetic_prompts():
+    # 200 synthetic experiments of 30 prompts, log-normal speedups around a known median 1.5:
+    # the percentile bootstrap of the median should cover it close to 95% of the time (>= 88%
+    # allows for the method's small-sample undercoverage and for 200 trials' noise).
+    rng = np.random.default_rng(0)
+    hits = 0
+    for trial in range(200):
+        values = 1.5 * np.exp(rng.normal(0, 0.2, size=30))
+        pairs = pd.DataFrame({"prompt_id": range(30), "speedup": values})
+        out = speedup_interval(pairs.assign(prompt_id=pairs.prompt_id + 100 * trial))
+        hits += out["speedup_low"] <= 1.5 <= out["speedup_high"]
+    assert hits / 200 >= 0.88

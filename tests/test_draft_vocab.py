@@ -1,12 +1,12 @@
 """draft_vocab: a draft that proposes among a subset of ids keeps speculative sampling exact."""
 
-import numpy as np
 import pytest
 import torch
 from stats_helpers import chi2_pvalue
-from test_exactness import PROMPT, M, V, exact_joint
+from test_exactness import V, exact_joint
+from test_quantize import greedy_parity, joint_counts
 
-from specbench import SamplingParams, autoregressive_generate, speculative_generate
+from specbench import SamplingParams
 from specbench.config import BackendConfig, ConfigError, ModelConfig, TinySpec
 from specbench.draft_vocab import ROWS_MULTIPLE, SubsetHead, subset_ids
 from specbench.models import load_model
@@ -46,14 +46,8 @@ def test_narrow_draft_keeps_the_target_law():
     # The draft never proposes token 4 (nor 0): those come only from the residual or the bonus.
     target = tiny_model("qwen2", vocab=V, seed=1, std=0.2)
     draft = narrowed(perturbed_copy(target, noise=0.2, seed=2), [1, 2, 3])
-    params, gen = SamplingParams(1.0), torch.Generator().manual_seed(7)
-    counts = np.zeros(V**M)
-    for _ in range(1200):
-        res = speculative_generate(
-            target, draft, PROMPT, k=2, max_new_tokens=M, sampling=params, generator=gen
-        )
-        counts[np.ravel_multi_index(res.tokens[:M], [V] * M)] += 1
-    assert chi2_pvalue(counts, exact_joint(target, params)) > 0.01
+    counts = joint_counts(target, draft, seed=7)
+    assert chi2_pvalue(counts, exact_joint(target, SamplingParams(1.0))) > 0.01
     assert counts.reshape(V, V, V)[4].sum() > 0  # a token the draft cannot propose still occurs
 
 
@@ -62,14 +56,7 @@ def test_narrow_int4_draft_greedy_equals_target_greedy():
     draft = narrowed(perturbed_copy(target, noise=0.3, seed=5), list(range(0, 259, 2))[:128])
     quantize_linears(draft, "int4")
     assert isinstance(draft.get_output_embeddings().proj, Int4Linear)  # 128 rows: int4 takes it
-    prompt, greedy = torch.tensor([[10, 20, 30, 40]]), SamplingParams(0.0)
-    spec = speculative_generate(
-        target, draft, prompt, k=4, max_new_tokens=24, sampling=greedy, generator=None
-    )
-    plain = autoregressive_generate(
-        target, prompt, max_new_tokens=24, sampling=greedy, generator=None
-    )
-    assert spec.tokens == plain.tokens
+    assert greedy_parity(target, draft)
 
 
 def test_draft_vocab_is_a_model_config_knob():

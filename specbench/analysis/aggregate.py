@@ -70,6 +70,27 @@ def bootstrap_ci(
     return (float(low), float(high))
 
 
+MIN_BOOTSTRAP_PROMPTS = 10  # below this a percentile bootstrap undercovers: report min-max
+
+
+def speedup_interval(pairs: pd.DataFrame) -> dict[str, object]:
+    """The one home of the paired speedup statistic: median of the per-prompt-pair ratios, and
+    its interval over prompts. With >= MIN_BOOTSTRAP_PROMPTS prompts a 95% percentile bootstrap
+    resampling whole prompts ("bootstrap95"); with fewer, the min and max of the ratios, called
+    that ("min-max": over 3 prompts the median's true coverage is at most 75%)."""
+    n = int(pairs.prompt_id.nunique()) if len(pairs) else 0
+    if n >= MIN_BOOTSTRAP_PROMPTS:
+        low, high = bootstrap_ci(pairs.speedup, np.median, groups=pairs.prompt_id)
+        method = "bootstrap95"
+    else:
+        low, high, method = float(pairs.speedup.min()), float(pairs.speedup.max()), "min-max"
+    median = float(pairs.speedup.median()) if len(pairs) else float("nan")
+    return {
+        "speedup": median, "speedup_low": low, "speedup_high": high,
+        "speedup_interval": method, "speedup_n_prompts": n,
+    }  # fmt: skip
+
+
 def _loop_ms(frame: pd.DataFrame) -> pd.Series:
     """Milliseconds per target call (one loop): draft + target + overhead time over calls."""
     return 1e3 * (frame.draft_s + frame.target_s + frame.overhead_s) / frame.target_calls
@@ -105,9 +126,7 @@ def _group_summary(frame: pd.DataFrame, pairs: pd.DataFrame, k: int) -> dict[str
         "acceptance_per_loop_std": per_loop.std() if len(sps) else np.nan,
         "alpha": sps.alpha.mean() if len(sps) else np.nan,
     }
-    low, high = bootstrap_ci(pairs.speedup, np.median, groups=pairs.prompt_id)
-    row |= {"speedup": pairs.speedup.median(), "speedup_low": low, "speedup_high": high}
-    return row
+    return row | speedup_interval(pairs)
 
 
 def summary_by_k(records: pd.DataFrame) -> pd.DataFrame:

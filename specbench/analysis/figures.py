@@ -144,12 +144,19 @@ def loop_latency_figure(records: pd.DataFrame) -> Figure:
     return _panel_figure(records, summary_by_k(records), title, _draw_loop)
 
 
+INTERVAL_LABELS = {
+    "bootstrap95": "95% bootstrap CI over prompts",
+    "min-max": "min-max over prompts (n < 10: no CI)",
+}
+
+
 def _speedup_drawer(theory: pd.DataFrame) -> Draw:
     """Draws measured speedups with their CI and the Thm 3.8 predictions of the same panel."""
 
     def draw(ax: Axes, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
         err = [summary.speedup - summary.speedup_low, summary.speedup_high - summary.speedup]
-        label = "measured median, 95% bootstrap CI"
+        method = _unique(summary, "speedup_interval")
+        label = "measured median, " + INTERVAL_LABELS.get(method, f"{method} over prompts")
         ax.errorbar(summary.k, summary.speedup, yerr=err, marker="o", capsize=4, label=label)
         task, sampling = rows.task.iloc[0], rows.sampling.iloc[0]
         mine = theory[(theory.task == task) & (theory.sampling == sampling)] if len(theory) else []
@@ -163,7 +170,7 @@ def _speedup_drawer(theory: pd.DataFrame) -> Draw:
 
 
 def speedup_figure(records: pd.DataFrame) -> Figure:
-    """Paired speedup vs K with bootstrap 95% CI, and the Thm 3.8 prediction over it."""
+    """Paired speedup vs K with its interval over prompts, and the Thm 3.8 prediction over it."""
     title = "Speedup (paired AR / SpS ms per token, median) vs Leviathan et al. Thm 3.8"
     draw = _speedup_drawer(predicted_vs_measured(records))
     return _panel_figure(records, summary_by_k(records), title, draw)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .aggregate import AR, PAIR, SPS, bootstrap_ci, paired_speedups
+from .aggregate import AR, PAIR, SPS, bootstrap_ci, paired_speedups, speedup_interval
 
 METRICS = {"rouge2": "ROUGE-2", "passed": "pass@1"}
 WILCOXON = "Wilcoxon signed-rank on per-prompt differences"
@@ -66,12 +66,6 @@ def quality_comparison(records: pd.DataFrame, metric: str | None) -> dict:
     return interval | {"test": test, "p_value": p}
 
 
-def _speedup(pairs: pd.DataFrame) -> dict:
-    """Median paired speedup and its bootstrap CI (prompts resampled)."""
-    low, high = bootstrap_ci(pairs.speedup, np.median, groups=pairs.prompt_id)
-    return {"speedup": float(pairs.speedup.median()), "speedup_low": low, "speedup_high": high}
-
-
 def _row(method: str, key: tuple, frame: pd.DataFrame, metric: str | None) -> dict:
     """Columns every Table 1 row has: keys, counts, quality, median ms per token."""
     task, sampling, k = key
@@ -95,7 +89,7 @@ def table1(records: pd.DataFrame) -> pd.DataFrame:
         for k, jobs in frame[frame.method == SPS].groupby("k", sort=True):
             runs = frame[frame.job.isin(jobs.job.unique())]
             mine = pairs[(pairs.task == task) & (pairs.sampling == sampling) & (pairs.k == k)]
-            row = _row(SPS, (task, sampling, int(k)), runs, metric) | _speedup(mine)
+            row = _row(SPS, (task, sampling, int(k)), runs, metric) | speedup_interval(mine)
             rows.append(row | quality_comparison(runs, metric))
     table = pd.DataFrame(rows)
     table["k"] = table["k"].astype("Int64")
@@ -122,7 +116,11 @@ def format_table1(table: pd.DataFrame) -> pd.DataFrame:
     out["ms/token (median)"] = table.ms_per_token.map("{:.2f}".format)
     s = table.get("speedup", pd.Series(np.nan, index=table.index))
     ci = zip(s, table.get("speedup_low", s), table.get("speedup_high", s), strict=True)
-    out["Speedup [95% CI]"] = [_interval(*r, ".2f") for r in ci]
+    method = table.get("speedup_interval", pd.Series("", index=table.index)).fillna("")
+    out["Speedup [95% CI, or min-max if n < 10]"] = [
+        _interval(*r, ".2f") + (" min-max" if m == "min-max" else "")
+        for r, m in zip(ci, method, strict=True)
+    ]
     d = table.reindex(columns=["quality_diff", "quality_diff_low", "quality_diff_high"])
     out["SpS - ArS quality [95% CI]"] = [_interval(*r, ".3f", True) for r in d.itertuples(False)]
     tests = table.reindex(columns=["test", "p_value"]).itertuples(index=False)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from .aggregate import AR, SPS, bootstrap_ci, paired_speedups
+from .aggregate import AR, SPS, paired_speedups, speedup_interval
 
 _ONE = 1e-9  # alpha this close to 1 uses the limit (K+1)
 
@@ -83,8 +83,7 @@ def _group_rows(frame: pd.DataFrame, pairs: pd.DataFrame) -> list[dict]:
     for k, scoring in sorted(costs.items()):
         mine = pairs[pairs.k == k]
         predicted = expected_speedup(alpha, k, c, scoring)
-        measured = float(mine.speedup.median())
-        low, high = bootstrap_ci(mine.speedup, np.median, groups=mine.prompt_id)
+        measured = speedup_interval(mine)
         rows.append(
             {
                 "k": k,
@@ -93,10 +92,11 @@ def _group_rows(frame: pd.DataFrame, pairs: pd.DataFrame) -> list[dict]:
                 "scoring_cost": scoring,
                 "predicted": predicted,
                 "predicted_free_scoring": expected_speedup(alpha, k, c, 1.0),
-                "measured": measured,
-                "measured_low": low,
-                "measured_high": high,
-                "ratio": measured / predicted,
+                "measured": measured["speedup"],
+                "measured_low": measured["speedup_low"],
+                "measured_high": measured["speedup_high"],
+                "interval": measured["speedup_interval"],
+                "ratio": measured["speedup"] / predicted,
                 "optimal_k": best,
             }
         )
