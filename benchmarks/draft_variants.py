@@ -21,12 +21,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from hydra import compose, initialize_config_dir
 
-from specbench.config import register_configs
+from specbench import stats
 from specbench.decoding.common import CachedLM
+from specbench.methods.registry import register_configs
 from specbench.models import load_model
 from specbench.provenance import provenance
 from specbench.records import write_table
@@ -154,7 +156,7 @@ def speedup(target, drafts: dict, prep: Prepared, setting: str, ks: list[int]) -
 
 
 def table(lat: pd.DataFrame, acc: pd.DataFrame, spd: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant: ms, c, alpha per setting, median paired speedup per (setting, K)."""
+    """One row per variant: ms, c, alpha per setting, paired speedup per (setting, K)."""
     med = lat.groupby(["model", "what"]).ms.median()
     target_ms = med["target", "forward_q1"]
     out = pd.DataFrame(index=[m for m in lat.model.unique() if not m.startswith("target")])
@@ -175,8 +177,9 @@ def table(lat: pd.DataFrame, acc: pd.DataFrame, spd: pd.DataFrame) -> pd.DataFra
                                values="ms_per_token")  # fmt: skip
         base = wide["-", 0]
         for variant, k in [c for c in wide.columns if c[0] != "-"]:
-            ratio = (base / wide[variant, k]).groupby(level="setting").median()
-            for setting, value in ratio.items():
+            logs = np.log(base / wide[variant, k])
+            for setting, mine in logs.groupby(level="setting"):
+                value = stats.ratio_interval(mine)["ratio"]  # geometric mean over prompts
                 out.loc[variant, f"speedup_{setting}_k{k}"] = value
     return out.rename_axis("variant").reset_index()
 

@@ -17,7 +17,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from specbench.config import register_configs
+from specbench.methods.registry import register_configs
 from specbench.models import ModelPool
 from specbench.runner import generate, prepare, to_config
 

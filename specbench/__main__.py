@@ -15,7 +15,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
-from .config import ConfigError, register_configs
+from .config import ConfigError
+from .methods.registry import register_configs
 from .models import ModelPool
 from .records import FAILURES, write_failure
 from .runner import run

@@ -1,4 +1,5 @@
-"""Typed config schemas, registered in Hydra's ConfigStore; validated without side effects."""
+"""Typed config schemas (registered in Hydra's ConfigStore by specbench.methods.registry);
+validated without side effects."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from .sampling import SamplingParams
@@ -24,13 +24,8 @@ def _require(condition: bool, message: str) -> None:
 MODEL_LOADERS = ("tiny", "hf", "packaged", "shape")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "mps")
-DECODERS = (
-    "autoregressive", "speculative", "hf_generate", "hf_assisted", "scoring_profile", "replay",
-)  # fmt: skip
-USES_DRAFT = ("speculative", "hf_assisted", "scoring_profile", "replay")
 TRACKING_MODES = ("disabled", "offline", "online")
-JOB_KINDS = ("time", "audit")  # bench.kind; decoder=scoring_profile runs the profile job
-AUDITABLE = ("speculative", "hf_assisted", "autoregressive", "hf_generate")
+JOB_KINDS = ("time", "audit", "profile")  # bench.kind: timing, exactness audit, scoring profile
 PROMPT_FORMATS = ("raw", "chat")
 QUANTIZE = ("none", "int8", "int4")  # specbench.quantize: weight-only linears, CPU kernels
 
@@ -125,18 +120,16 @@ class BackendConfig:
 
 @dataclass
 class DecoderConfig:
-    """The method under test; the autoregressive baseline is timed beside it on every prompt."""
+    """The method under test. Each method's own schema subclasses this (specbench.methods:
+    its defaults live there; conf/decoder/*.yaml only names the schema and what a preset sets).
+    k is the one knob every experiment grid shares (Fig. 1 sweeps it); only methods that draft
+    read it, so an experiment may set it and still sweep over the autoregressive baseline."""
 
-    name: str = "speculative"
-    k: int = 4  # draft tokens per iteration
-    max_q: int = 16  # scoring_profile: forward latency for q = 1..max_q new tokens
-    trace: str = ""  # replay: a results dir (experiment or job) or an iterations parquet file
-    trace_job: str = ""  # replay: which job of a trace holding several (its folder name)
+    name: str = MISSING
+    k: int = 4  # draft tokens per iteration (methods that draft)
 
     def __post_init__(self) -> None:
-        _require(self.name in DECODERS, f"decoder must be one of {DECODERS}, got {self.name!r}")
         _require(self.k >= 1, f"decoder.k must be >= 1 (draft tokens per iteration), got {self.k}")
-        _require(self.max_q >= 1, f"decoder.max_q must be >= 1, got {self.max_q}")
 
 
 @dataclass
@@ -204,7 +197,9 @@ class BenchConfig:
     # generate N tokens"; equal token counts in every pair). Quality is still scored on the
     # completion cut at the task's first stop string.
     fixed_length: bool = False
-    kind: str = "time"  # time: interleaved timing; audit: exactness audit of the decoder
+    # time: interleaved timing; audit: exactness audit of the decoder; profile: forward
+    # latency of both models for q = 1..profile.max_q new tokens (is scoring K+1 cheap?)
+    kind: str = "time"
     # "i/n": this job runs the i-th of n contiguous blocks of the num_prompts prompts (0-based),
     # so a long run can be done in parts (-m bench.shard=0/4,1/4,2/4,3/4) and gathered as one.
     shard: str | None = None
@@ -220,6 +215,10 @@ class BenchConfig:
         )
         if self.shard is not None:
             self.shard_index()
+
+    def seed_for(self, prompt_index: int, repeat: int = 0) -> int:
+        """The seed of one (prompt, repeat) run, by the prompt's index in the whole task."""
+        return self.seed * 1_000_003 + prompt_index * 1009 + repeat
 
     def shard_index(self) -> tuple[int, int]:
         """(i, n) from shard "i/n"; (0, 1) when unsharded."""
@@ -260,6 +259,16 @@ class AuditConfig:
 
 
 @dataclass
+class ProfileConfig:
+    """Scoring profile (bench.kind=profile): forward latency for q = 1..max_q new tokens."""
+
+    max_q: int = 16
+
+    def __post_init__(self) -> None:
+        _require(self.max_q >= 1, f"profile.max_q must be >= 1, got {self.max_q}")
+
+
+@dataclass
 class TrackingConfig:
     """Experiment tracking with wandb; disabled by default."""
 
@@ -286,6 +295,7 @@ class SpecBenchConfig:
     bench: BenchConfig = field(default_factory=BenchConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
     def __post_init__(self) -> None:
         for role in ("target", "draft"):
@@ -300,30 +310,9 @@ class SpecBenchConfig:
             "target.draft_vocab narrows what a model proposes; on the target it would change "
             "the law being sampled. Set it on the draft (draft.draft_vocab=N) or leave it null",
         )
-        if self.bench.kind != "audit":
-            return
-        _require(
-            self.decoder.name in AUDITABLE,
-            f"bench.kind=audit audits one of {AUDITABLE}, got decoder={self.decoder.name}",
-        )
-        _require(
-            self.decoder.name not in USES_DRAFT or self.decoder.k >= 2,
-            "bench.kind=audit needs decoder.k >= 2 (so accept, residual and bonus paths all run)",
-        )
-
-    @property
-    def kind(self) -> str:
-        """The job kind: scoring_profile is its own; otherwise bench.kind (time or audit)."""
-        return "profile" if self.decoder.name == "scoring_profile" else self.bench.kind
 
     @property
     def max_new_tokens(self) -> int:
         """The task's token budget, capped by bench.max_new_tokens when that is set."""
         cap = self.bench.max_new_tokens
         return self.task.max_new_tokens if cap is None else min(cap, self.task.max_new_tokens)
-
-
-def register_configs(store: ConfigStore | None = None) -> None:
-    """Register the root schema as `schema`; config.yaml extends it, so every group option is
-    type-checked against its field's dataclass when merged."""
-    (store or ConfigStore.instance()).store(name="schema", node=SpecBenchConfig)

@@ -21,6 +21,25 @@ log = logging.getLogger(__name__)
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def check_device(backend: BackendConfig) -> None:
+    """The backend's device exists in this torch on this machine; else what to do instead."""
+    if backend.device == "cuda" and not torch.cuda.is_available():
+        why = (
+            f"this torch ({torch.__version__}) is built without CUDA"
+            if torch.version.cuda is None
+            else "no CUDA GPU is visible"
+        )
+        raise ConfigError(
+            f"backend={backend.name} needs a CUDA GPU, but {why}; use backend=cpu_bf16 (or cpu), "
+            "or on a GPU machine install a CUDA build of torch"
+        )
+    if backend.device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(
+            f"backend={backend.name} needs Apple's MPS, which this machine lacks; use "
+            "backend=cpu_bf16 (or cpu)"
+        )
+
+
 def preflight(cfg: ModelConfig) -> None:
     """Cheap checks before anything heavy: packaged parts installed, local paths present."""
     if cfg.loader == "packaged":

@@ -50,14 +50,14 @@ def run_profile(prep, models: tuple, job_dir: Path, shared: dict) -> dict:
     rows = []
     for role, model in zip(("target", "draft"), models, strict=True):
         if model is not None:
-            for row in profile_model(model, prefix, job.decoder.max_q, job.bench.repeats):
+            for row in profile_model(model, prefix, job.profile.max_q, job.bench.repeats):
                 rows.append(shared | {"model": role, "prefix_tokens": prefix.shape[1]} | row)
     table = pd.DataFrame(rows)
     ms_at_1 = table[table.q == 1].groupby("model").ms.median()
     summary = {
         f"{role}_ms_q{q}": float(g.ms.median())
         for (role, q), g in table.groupby(["model", "q"])
-        if q in (1, 4, 8, job.decoder.max_q)
+        if q in (1, 4, 8, job.profile.max_q)
     } | {f"{role}_ms_q1": float(v) for role, v in ms_at_1.items()}
     if {"target", "draft"} <= set(ms_at_1.index):  # the paper's c: a draft step / a target step
         summary["c"] = float(ms_at_1["draft"] / ms_at_1["target"])

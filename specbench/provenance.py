@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
@@ -42,10 +43,47 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # what changes CPU kernel costs
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return set()
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_kind(flags: set[str], capability: str) -> str:
+    """'amx', 'avx512_bf16', 'avx512', 'avx2' or 'other' from the flags; '@CAPABILITY' appended
+    when torch runs below what the CPU has (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU).
+    Rows of different kinds are never pooled into one statistic."""
+    kinds = (("amx_bf16", "amx"), ("avx512_bf16", "avx512_bf16"), ("avx512f", "avx512"))
+    kind = next((name for flag, name in kinds if flag in flags), None)
+    kind = kind or ("avx2" if "avx2" in flags else "other")
+    native = "AVX512" if kind.startswith(("amx", "avx512")) else kind.upper()
+    return kind if capability in (native, "") else f"{kind}@{capability}"
+
+
+def cpu_columns() -> dict[str, object]:
+    """The CPU: its kind, the ISA flags that matter, torch's capability, cores."""
+    flags = cpu_flags()
+    capability = torch.backends.cpu.get_cpu_capability()
+    return {
+        "cpu_kind": cpu_kind(flags, capability),
+        "cpu_isa": ",".join(f for f in ISA_FLAGS if f in flags),
+        "cpu_capability": capability,
+        "cpu_cores": os.cpu_count(),
+    }
+
+
 def provenance(device: str) -> dict[str, object]:
     """Flat columns for every record row."""
     status = _git("status", "--porcelain", "--untracked-files=no")
-    return {
+    return cpu_columns() | {
         "git_sha": _git("rev-parse", "HEAD") or "unknown",
         "git_dirty": bool(status) if status is not None else None,
         "specbench_version": __version__,

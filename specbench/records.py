@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 SUMMARY = "summary.json"  # written last: its presence marks a complete job
@@ -115,32 +113,3 @@ def gather(experiment_dir: Path) -> dict[str, pd.DataFrame]:
         write_table(experiment_dir / "records.csv", gathered[RECORDS])
     log.info("gathered %d jobs into %s: %s", len(jobs), experiment_dir, sorted(gathered))
     return gathered
-
-
-class GatherCallback(Callback):
-    """Hydra callback: gather the experiment's job records when a run or a sweep ends."""
-
-    def _gather(self, config: DictConfig) -> None:
-        from .analysis.audit import verdict_table
-        from .analysis.console import summary_table
-        from .analysis.report import report
-
-        experiment_dir = Path(config.results_dir) / config.experiment
-        if experiment_dir.is_dir():
-            gather_failures(experiment_dir)
-        if any(experiment_dir.glob(f"*/{SUMMARY}")):
-            tables = gather(experiment_dir)
-            if RECORDS in tables:
-                print(f"\n{config.experiment}: {len(tables[RECORDS])} rows in {experiment_dir}")
-                print(summary_table(tables[RECORDS]))
-            if AUDIT in tables:
-                print(f"\n{config.experiment}: exactness audit in {experiment_dir}")
-                print(verdict_table(tables[AUDIT]).to_string(index=False))
-            written = report(experiment_dir)
-            log.info("figures and tables: %d files under %s", len(written), experiment_dir)
-
-    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._gather(config)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._gather(config)

@@ -1,17 +1,17 @@
 """One job: validate -> prompts -> tokenizers -> models -> warm-up -> interleaved timing -> records.
 
-Seed policy: every (prompt, repeat) gets its own seed, derived from bench.seed, and each method
+Seed policy: every (prompt, repeat) gets its own seed (`BenchConfig.seed_for`), and each method
 timed on that prompt and repeat starts a fresh torch.Generator from that same seed (common random
-numbers: the two methods see the same stream). Nothing is reseeded inside a decoding loop. The
+numbers: the methods see the same stream). Nothing is reseeded inside a decoding loop. The
 order of methods alternates between consecutive (prompt, repeat) pairs to cancel drift.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,24 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from . import stats
 from .audit import run_audit
-from .config import USES_DRAFT, ConfigError, SpecBenchConfig
-from .decoding import GenerationResult, StopCondition, autoregressive_generate, speculative_generate
-from .decoding.hf import hf_generate
-from .decoding.replay import Replay, open_replay
+from .config import ConfigError, SpecBenchConfig
+from .decoding import GenerationResult, StopCondition
+from .methods import (
+    DecodeOptions,
+    Generate,
+    Method,
+    Models,
+    Runs,
+    check_job,
+    job_methods,
+    method,
+)
+from .methods import needs_draft as job_needs_draft
 from .models import (
     ModelPool,
+    check_device,
     check_eos,
     check_tokenizers,
     eos_token_ids,
@@ -66,22 +77,18 @@ class Prepared:
     vocab_size: int
     stop: StopCondition | None  # None in fixed-length timing
     score: Scorer
-    replay: Replay | None = None  # decoder=replay: the recorded trace
+    methods: list[Method]  # the decoder first, then what is timed beside it
+    prepared: dict[str, Any] = field(default_factory=dict)  # a method's per-job preparation
     eos_token_ids: tuple[int, ...] = ()  # ends a generation; cuts fixed-length completions
     first_index: int = 0  # index of prompts[0] in the task (bench.shard): seeds use it
 
     @property
     def uses_draft(self) -> bool:
-        return self.job.decoder.name in USES_DRAFT
+        return job_needs_draft(self.job)
 
-    @property
-    def methods(self) -> list[str]:
-        """The decoder, then the baselines timed beside it on every prompt."""
-        name, bench = self.job.decoder.name, self.job.bench
-        extra = ["autoregressive"] if bench.baseline else []
-        if bench.compare_hf:
-            extra += ["hf_generate"] + (["hf_assisted"] if self.uses_draft else [])
-        return [name] + [m for m in extra if m != name]
+    def seed(self, local_index: int, repeat: int) -> int:
+        """The seed of a shard's local prompt index: the same as in an unsharded run."""
+        return self.job.bench.seed_for(self.first_index + local_index, repeat)
 
 
 def shard_prompts(prompts: list[Prompt], shard: tuple[int, int]) -> tuple[list[Prompt], int]:
@@ -93,18 +100,28 @@ def shard_prompts(prompts: list[Prompt], shard: tuple[int, int]) -> tuple[list[P
     return prompts[start:stop], start
 
 
+def prepare_methods(job: SpecBenchConfig, prompts: list[Prompt], first: int) -> dict[str, Any]:
+    """Each method's per-job preparation (replay's trace must cover the job's runs)."""
+
+    def seed_of(index: int, repeat: int) -> int:
+        return job.bench.seed_for(first + index, repeat)
+
+    runs = Runs([p.id for p in prompts], job.bench.repeats, seed_of, job.bench.seed)
+    return {
+        m.name: m.prepare(m.config_from(job.decoder), runs) for m in job_methods(job) if m.prepare
+    }
+
+
 def prepare(job: SpecBenchConfig) -> Prepared:
     """Cheap checks that must pass before any model loads."""
+    check_job(job)
     score = scorer(job.task)
     prompts, first = shard_prompts(
         load_prompts(job.task, job.bench.num_prompts), job.bench.shard_index()
     )
-    replay = None
-    if job.decoder.name == "replay":  # the trace must exist and cover this job's runs
-        pids = [p.id for p in prompts]
-        seed_of = partial(shard_seed, job.bench.seed, first)
-        replay = open_replay(job.decoder, pids, job.bench.repeats, seed_of, job.bench.seed)
-    uses_draft = job.decoder.name in USES_DRAFT
+    prepared = prepare_methods(job, prompts, first)
+    check_device(job.backend)
+    uses_draft = job_needs_draft(job)
     for model in (job.target, job.draft) if uses_draft else (job.target,):
         preflight(model)
     target_dtype = job.target.torch_dtype_name(job.backend.dtype)
@@ -118,64 +135,55 @@ def prepare(job: SpecBenchConfig) -> Prepared:
         eos = check_eos(eos, eos_token_ids(job.draft, draft_tokenizer, draft_dtype))
     prompts = format_prompts(job.task, prompts, tokenizer)
     stop = None if job.bench.fixed_length else StopCondition(eos, tuple(job.task.stops), tokenizer)
-    return Prepared(job, prompts, tokenizer, vocab_size, stop, score, replay, eos, first)
+    methods = job_methods(job)
+    return Prepared(job, prompts, tokenizer, vocab_size, stop, score, methods, prepared, eos, first)
+
+
+def bind(prep: Prepared, models: tuple, entry: Method) -> Generate:
+    """One registry method bound to the loaded models with the job's options."""
+    job, backend = prep.job, prep.job.backend
+    options = DecodeOptions(
+        job.sampling.params(), prep.stop, prep.vocab_size, backend.static_cache, backend.compile
+    )
+    config = entry.config_from(job.decoder)
+    return entry.bind(config, Models(*models), options, prep.prepared.get(entry.name))
+
+
+def bind_methods(prep: Prepared, models: tuple) -> dict[str, Generate]:
+    """Every method of the job bound to the loaded models, once: name -> generate."""
+    return {m.name: bind(prep, models, m) for m in prep.methods}
 
 
 def generate(
-    method: str, prep: Prepared, models: tuple, ids: torch.Tensor, gen: torch.Generator, n: int
+    name: str, prep: Prepared, models: tuple, ids: torch.Tensor, gen: torch.Generator, n: int
 ) -> GenerationResult:
-    """Run one timed generation of `method` (a name in METHODS) on one prompt."""
-    target, draft = models
-    common = dict(
-        max_new_tokens=n,
-        sampling=prep.job.sampling.params(),
-        generator=gen,
-        stop=prep.stop,
-        vocab_size=prep.vocab_size,
-    )
-    k, backend = prep.job.decoder.k, prep.job.backend
-    ours = dict(common, static_cache=backend.static_cache, compile=backend.compile)
-    methods = {
-        "speculative": lambda: speculative_generate(target, draft, ids, k=k, **ours),
-        "autoregressive": lambda: autoregressive_generate(target, ids, **ours),
-        "hf_generate": lambda: hf_generate(target, ids, **common),
-        "hf_assisted": lambda: hf_generate(target, ids, draft=draft, k=k, **common),
-        "replay": lambda: prep.replay.generate(target, draft, ids, k=k, **ours),
-    }
-    return methods[method]()
-
-
-def derive_seed(base: int, prompt_index: int, repeat: int) -> int:
-    return base * 1_000_003 + prompt_index * 1009 + repeat
-
-
-def shard_seed(base: int, first: int, local_index: int, repeat: int) -> int:
-    """The seed of a shard's local prompt index: the same as in an unsharded run."""
-    return derive_seed(base, first + local_index, repeat)
+    """One generation of the registry method `name` on one prompt (scripts and benchmarks)."""
+    return bind(prep, models, method(name))(ids, n, gen)
 
 
 def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
     """Warm up, then time every method on every prompt x repeat; rows for both tables."""
     job, device = prep.job, prep.job.backend.device
+    bound = bind_methods(prep, models)
     encoded = [
         prep.tokenizer(p.text, return_tensors="pt").input_ids.to(device) for p in prep.prompts
     ]
     for _ in range(job.bench.warmup):
-        for method in prep.methods:
+        for generate in bound.values():
             gen = torch.Generator(device).manual_seed(job.bench.seed)
-            generate(method, prep, models, encoded[0], gen, min(job.max_new_tokens, 16))
+            generate(encoded[0], min(job.max_new_tokens, 16), gen)
     rows: list[dict] = []
     iterations: list[dict] = []
     cells = [(i, r) for i in range(len(prep.prompts)) for r in range(job.bench.repeats)]
-    bar = tqdm(cells, desc=f"{job.experiment} {job.decoder.name} k={job.decoder.k}", unit="run")
+    bar = tqdm(cells, desc=f"{job.experiment} {job.decoder.name}", unit="run")
     for step, (i, repeat) in enumerate(bar):
-        seed = shard_seed(job.bench.seed, prep.first_index, i, repeat)
+        seed = prep.seed(i, repeat)
         order = prep.methods if step % 2 == 0 else prep.methods[::-1]
-        for method in order:
+        for entry in order:
             gen = torch.Generator(device).manual_seed(seed)
-            res = generate(method, prep, models, encoded[i], gen, job.max_new_tokens)
-            rows.append(result_row(prep, method, prep.prompts[i], repeat, seed, res))
-            iterations += iteration_rows(method, prep.prompts[i].id, repeat, res)
+            res = bound[entry.name](encoded[i], job.max_new_tokens, gen)
+            rows.append(result_row(prep, entry, prep.prompts[i], repeat, seed, res))
+            iterations += iteration_rows(rows[-1], res)
         bar.set_postfix_str(progress_text(rows))
     return rows, iterations
 
@@ -188,12 +196,13 @@ def score_rows(prep: Prepared, rows: list[dict]) -> None:
 
 
 def result_row(
-    prep: Prepared, method: str, prompt: Prompt, repeat: int, seed: int, res: GenerationResult
+    prep: Prepared, entry: Method, prompt: Prompt, repeat: int, seed: int, res: GenerationResult
 ) -> dict[str, Any]:
-    job = prep.job
+    """One tidy row: what ran, its raw timings and counts, the completion."""
     return {
-        "method": method,
-        "k": job.decoder.k if job.decoder.name in ("speculative", "hf_assisted", "replay") else 0,
+        "method": entry.name,
+        "paired_with": entry.baseline or "",
+        "k": entry.k(entry.config_from(prep.job.decoder)),
         "prompt_id": prompt.id,
         "repeat": repeat,
         "seed": seed,
@@ -204,12 +213,14 @@ def result_row(
         "draft_calls": res.draft_calls,
         "accepted": sum(res.accepted),
         "proposed": sum(res.proposed),
+        "drafts": sum(1 for p in res.proposed if p > 0),
         "tokens_per_call": res.tokens_per_target_call,
         "alpha": res.mean_expected_acceptance,
         "draft_s": res.draft_s,
         "target_s": res.target_s,
         "overhead_s": res.overhead_s,
         "stopped_by": res.stopped_by,
+        "load_1m": os.getloadavg()[0],  # other work beside the timing shows here
         # Scored text: cut at the first EOS (fixed-length runs generate past it), specials
         # dropped; the raw text keeps every token, special ones included, for re-scoring.
         "completion": prep.tokenizer.decode(
@@ -225,28 +236,24 @@ def cut_at_eos(tokens: list[int], eos_token_ids: tuple[int, ...]) -> list[int]:
     return tokens[:end]
 
 
-def iteration_rows(method: str, prompt_id: str, repeat: int, res: GenerationResult) -> list[dict]:
+def iteration_rows(row: dict[str, Any], res: GenerationResult) -> list[dict]:
+    """One row per drafting iteration of a result: drafts proposed and accepted."""
+    head = {name: row[name] for name in ("method", "prompt_id", "repeat")}
     return [
-        {
-            "method": method,
-            "prompt_id": prompt_id,
-            "repeat": repeat,
-            "iteration": it,
-            "k": k,
-            "accepted": acc,
-        }
+        head | {"iteration": it, "k": k, "accepted": acc}
         for it, (acc, k) in enumerate(zip(res.accepted, res.proposed, strict=True))
     ]
 
 
 def progress_text(rows: list[dict]) -> str:
+    """'spec 120.3ms/tok auto 230.1ms/tok acc 0.81' for the progress bar."""
     frame = pd.DataFrame(rows)
     parts = [
         f"{m[:4]} {g.ms_per_token.mean():.1f}ms/tok" for m, g in frame.groupby("method", sort=False)
     ]
-    spec = frame[frame.method == "speculative"]
-    if len(spec) and spec.proposed.sum():
-        parts.append(f"acc {spec.accepted.sum() / spec.proposed.sum():.2f}")
+    drafting = frame[frame.proposed > 0]
+    if len(drafting):
+        parts.append(f"acc {stats.acceptance_rate(drafting):.2f}")
     return " ".join(parts)
 
 
@@ -267,6 +274,8 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "dtype": job.target.torch_dtype_name(job.backend.dtype),
         "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",
         "task": job.task.name,
+        "prompt_format": job.task.prompt_format,
+        "fixed_length": job.bench.fixed_length,
         "max_new_tokens": job.max_new_tokens,
     }
 
@@ -290,7 +299,7 @@ class JobKind:
     table: str
 
 
-KINDS: dict[str, JobKind] = {  # keyed by SpecBenchConfig.kind
+KINDS: dict[str, JobKind] = {  # keyed by bench.kind
     "time": JobKind(time_decoders, RECORDS),
     "profile": JobKind(run_profile, PROFILE),
     "audit": JobKind(run_audit, AUDIT),
@@ -311,7 +320,7 @@ def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[st
     shared = job_columns(job, job_id, prep.uses_draft) | provenance(job.backend.device)
     write_text(job_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     with track(job, job_dir) as tracker:
-        kind = KINDS[job.kind]
+        kind = KINDS[job.bench.kind]
         summary = kind.run(prep, models, job_dir, shared | {"pair_loads": pool.loads})
         tracker.log(cfg, summary, pd.read_parquet(job_dir / kind.table))
     log.info("summary: %s", summary)
@@ -319,17 +328,16 @@ def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[st
 
 
 def summarize(records: pd.DataFrame) -> dict[str, Any]:
-    """Medians per method and the median paired speedup (baseline ms/token over method's)."""
+    """Median ms/token per method; per drafting method its speedup over its baseline
+    (geometric mean of per-prompt ratios and the median), acceptance and alpha."""
     out: dict[str, Any] = {"rows": len(records), "pair_loads": int(records.pair_loads.iloc[0])}
-    for method, g in records.groupby("method"):
-        out[f"{method}_ms_per_token_median"] = float(g.ms_per_token.median())
-    sps = "replay" if "replay" in set(records.method) else "speculative"  # replay: what-if
-    if {sps, "autoregressive"} <= set(records.method):
-        wide = records.pivot_table(
-            index=["prompt_id", "repeat"], columns="method", values="ms_per_token"
-        )
-        out["speedup_median"] = float((wide.autoregressive / wide[sps]).median())
-        spec = records[records.method == sps]
-        out["acceptance_rate"] = float(spec.accepted.sum() / max(spec.proposed.sum(), 1))
-        out["alpha_mean"] = float(spec.alpha.mean())
+    for name, g in records.groupby("method"):
+        out[f"{name}_ms_per_token_median"] = float(g.ms_per_token.median())
+    for _, row in stats.speedups(records).iterrows():
+        mine = records[records.method == row.method]
+        prefix = "" if row.method == records.decoder.iloc[0] else f"{row.method}_"
+        out[f"{prefix}speedup"] = float(row.speedup)
+        out[f"{prefix}speedup_median"] = float(row.speedup_median)
+        out[f"{prefix}acceptance_rate"] = stats.acceptance_rate(mine)
+        out[f"{prefix}alpha_mean"] = stats.alpha(mine)
     return out

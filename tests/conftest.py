@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from specbench.config import register_configs
+from specbench.methods.registry import register_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"

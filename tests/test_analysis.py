@@ -12,15 +12,12 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
+from specbench import stats
 from specbench.analysis import __main__ as analysis_cli
 from specbench.analysis import figures, tables, theory
-from specbench.analysis.aggregate import (
-    bootstrap_ci,
-    paired_speedups,
-    speedup_interval,
-    summary_by_k,
-)
+from specbench.analysis.aggregate import normalize, summary
 from specbench.analysis.report import report
+from specbench.stats import bootstrap_ci
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS, SAMPLINGS, KS = ("xsum", "humaneval"), ("greedy", "t1"), (1, 2, 3, 4)
@@ -43,8 +40,8 @@ def drift(prompt: int) -> float:
 
 def ar_row(prompt: int) -> dict:
     calls, seconds = N, N * T_MS * drift(prompt) / 1e3
-    return {"method": "autoregressive", "target_calls": calls, "draft_calls": 0, "accepted": 0,
-            "proposed": 0, "alpha": np.nan, "draft_s": 0.0, "target_s": seconds,
+    return {"method": "autoregressive", "k": 0, "target_calls": calls, "draft_calls": 0,
+            "accepted": 0, "proposed": 0, "alpha": np.nan, "draft_s": 0.0, "target_s": seconds,
             "overhead_s": 0.0, "wall_s": seconds}  # fmt: skip
 
 
@@ -115,12 +112,12 @@ def test_optimal_k():
         theory.optimal_k(0.8, 0.05, {32: 1.0})
 
 
-def test_estimate_parameters_recovers_the_synthetic_truth(records):
-    group = records[(records.task == "xsum") & (records.sampling == "t1")]
-    params = theory.estimate_parameters(group)
-    assert params["alpha"] == pytest.approx(0.6)
-    assert params["c"] == pytest.approx(C)
-    assert params["scoring_costs"] == pytest.approx({k: scoring_cost(k) for k in KS})
+def test_summary_recovers_alpha_c_and_scoring_cost(records):
+    table = summary(records)
+    mine = table[(table.task == "xsum") & (table.sampling == "t1") & (table.k > 0)]
+    np.testing.assert_allclose(mine.alpha, 0.6)
+    np.testing.assert_allclose(mine.c, C)
+    np.testing.assert_allclose(mine.scoring_cost, [scoring_cost(k) for k in mine.k])
 
 
 def test_predicted_vs_measured(records):
@@ -134,24 +131,39 @@ def test_predicted_vs_measured(records):
 # --- aggregate ------------------------------------------------------------------------------
 
 
-def test_paired_speedups(records):
-    pairs = paired_speedups(records)
+def test_paired_runs(records):
+    pairs = stats.paired_runs(normalize(records))
     assert len(pairs) == len(TASKS) * len(SAMPLINGS) * len(KS) * PROMPTS * REPEATS
     expected = [true_speedup(s, k) for s, k in zip(pairs.sampling, pairs.k, strict=True)]
-    np.testing.assert_allclose(pairs.speedup, expected)
-    assert set(pairs.columns) >= {"ar_ms_per_token", "sps_ms_per_token", "speedup", "task"}
+    np.testing.assert_allclose(pairs.ratio, expected)
+    assert set(pairs.columns) >= {"base_ms_per_token", "ms_per_token", "ratio", "task"}
 
 
-def test_summary_by_k(records):
-    summary = summary_by_k(records).set_index(["task", "sampling", "k"])
-    row = summary.loc[("humaneval", "greedy", 3)]
+def test_one_baseline_serves_a_k_sweep_and_cpu_kinds_never_pair(records):
+    """A block design: the baseline timed once per run in its own job serves every K; rows
+    of another CPU kind are never paired with it."""
+    xsum = normalize(records[(records.task == "xsum") & (records.sampling == "greedy")])
+    base = xsum[(xsum.method == "autoregressive") & (xsum.k == 0)].drop_duplicates(stats.RUN)
+    block = pd.concat([base.assign(job="baseline"), xsum[xsum.method == "speculative"]])
+    pairs = stats.paired_runs(block)
+    assert len(pairs) == len(KS) * PROMPTS * REPEATS
+    np.testing.assert_allclose(pairs.ratio, [true_speedup("greedy", k) for k in pairs.k])
+    other = block.assign(cpu_kind=np.where(block.method == "speculative", "avx2", "amx"))
+    assert stats.paired_runs(other).empty
+
+
+def test_summary(records):
+    table = summary(records).set_index(["task", "sampling", "method", "k"])
+    row = table.loc[("humaneval", "greedy", "speculative", 3)]
     tokens = theory.expected_tokens_per_loop(0.8, 3)
     assert row.acceptance_per_loop == pytest.approx(tokens / 4)
     assert row.alpha == pytest.approx(0.8)
-    assert row.sps_loop_ms == pytest.approx(np.mean([T_MS * drift(p) for p in range(5)]) * 1.45)
+    assert row.loop_ms == pytest.approx(np.mean([T_MS * drift(p) for p in range(5)]) * 1.45)
     assert row.speedup == pytest.approx(true_speedup("greedy", 3))
     assert row.speedup_low == pytest.approx(row.speedup) == pytest.approx(row.speedup_high)
-    assert row.ar_time_s == pytest.approx(np.mean([N * T_MS * drift(p) / 1e3 for p in range(5)]))
+    assert row.speedup_interval == stats.RANGE and row.mean_accepted_length == pytest.approx(tokens)
+    ar = table.loc[("humaneval", "greedy", "autoregressive", 0)]
+    assert ar.time_s == pytest.approx(np.mean([N * T_MS * drift(p) / 1e3 for p in range(5)]))
     assert row.n_prompts == PROMPTS and row.n_runs == PROMPTS * REPEATS
 
 
@@ -226,7 +238,8 @@ def test_to_markdown(records):
     display = tables.format_table1(tables.table1(records))
     lines = tables.to_markdown(display).splitlines()
     assert len(lines) == 2 + len(display) and all(line.startswith("| ") for line in lines)
-    assert "SpS (K=2)" in display.Method.values and "ArS" in display.Method.values
+    assert "speculative (K=2)" in display.Method.values
+    assert "autoregressive" in display.Method.values
 
 
 # --- figures and report ---------------------------------------------------------------------
@@ -245,7 +258,8 @@ def test_figures(records, make):
     assert isinstance(fig, Figure)
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == len(TASKS) * len(SAMPLINGS)
-    assert {ax.get_title() for ax in axes} == {f"{t} | {s}" for t in TASKS for s in SAMPLINGS}
+    titles = {f"{t} | {s} | CPU unrecorded" for t in TASKS for s in SAMPLINGS}
+    assert {ax.get_title() for ax in axes} == titles
     for ax in axes:
         assert ax.get_xlabel().startswith("K") and ax.get_ylabel()
         assert ax.get_legend() is not None
@@ -296,7 +310,8 @@ def test_report_writes_everything(tmp_path, records):
         names == {"table1.csv", "table1.md", "summary.csv", "theory.csv", "time_split.csv"} | figs
     )
     assert all(p.is_file() and p.stat().st_size > 0 for p in written)
-    assert pd.read_csv(out / "summary.csv").shape[0] == len(TASKS) * len(SAMPLINGS) * len(KS)
+    rows = len(TASKS) * len(SAMPLINGS) * (1 + len(KS))  # the baseline and each K
+    assert pd.read_csv(out / "summary.csv").shape[0] == rows
     assert pd.read_csv(out / "theory.csv").ratio.sub(1).abs().max() < 1e-9
     assert (out / "table1.md").read_text().startswith("| Method |")
     assert not list(out.rglob("*.tmp"))
@@ -381,26 +396,36 @@ def test_notebook_runs_on_committed_results(experiment, monkeypatch):
     execute_notebook(ROOT / "results", experiment, monkeypatch)
 
 
-def test_speedup_interval_names_its_method():
-    few = pd.DataFrame({"prompt_id": list("abc"), "speedup": [1.1, 1.5, 1.3]})
-    out = speedup_interval(few)
-    assert out["speedup_interval"] == "min-max" and out["speedup_n_prompts"] == 3
-    assert (out["speedup_low"], out["speedup"], out["speedup_high"]) == (1.1, 1.3, 1.5)
-    many = pd.DataFrame({"prompt_id": range(12), "speedup": np.linspace(1.0, 2.0, 12)})
-    out = speedup_interval(many)
-    assert out["speedup_interval"] == "bootstrap95"
-    assert 1.0 < out["speedup_low"] < out["speedup"] < out["speedup_high"] < 2.0
+def test_ratio_interval_names_its_method():
+    few = stats.ratio_interval(np.log([1.1, 1.5, 1.3]))
+    assert few["ratio_interval"] == stats.RANGE and few["n_prompts"] == 3
+    assert (few["ratio_low"], few["ratio_median"], few["ratio_high"]) == pytest.approx(
+        (1.1, 1.3, 1.5)
+    )
+    assert few["ratio"] == pytest.approx((1.1 * 1.5 * 1.3) ** (1 / 3))
+    many = stats.ratio_interval(np.log(np.linspace(1.0, 2.0, 12)))
+    assert many["ratio_interval"] == stats.HEADLINE
+    assert 1.0 < many["ratio_low"] < many["ratio"] < many["ratio_high"] < 2.0
 
 
-def test_bootstrap_interval_covers_the_median_on_synthetic_prompts():
-    # 200 synthetic experiments of 30 prompts, log-normal speedups around a known median 1.5:
-    # the percentile bootstrap of the median should cover it close to 95% of the time (>= 88%
-    # allows for the method's small-sample undercoverage and for 200 trials' noise).
+def test_geometric_mean_t_interval_covers_the_true_ratio():
+    # 400 synthetic experiments of 20 prompts, log-normal speedups around a known geometric
+    # mean 1.5, two noisy repeats per prompt averaged on the log scale: the t interval should
+    # cover 1.5 about 95% of the time (>= 91% allows for 400 trials' noise).
     rng = np.random.default_rng(0)
     hits = 0
-    for trial in range(200):
-        values = 1.5 * np.exp(rng.normal(0, 0.2, size=30))
-        pairs = pd.DataFrame({"prompt_id": range(30), "speedup": values})
-        out = speedup_interval(pairs.assign(prompt_id=pairs.prompt_id + 100 * trial))
-        hits += out["speedup_low"] <= 1.5 <= out["speedup_high"]
-    assert hits / 200 >= 0.88
+    for _ in range(400):
+        prompt = rng.normal(0, 0.15, size=20)
+        runs = pd.DataFrame({
+            "prompt_id": np.repeat(np.arange(20), 2),
+            "ratio": 1.5 * np.exp(np.repeat(prompt, 2) + rng.normal(0, 0.05, size=40)),
+        })  # fmt: skip
+        out = stats.ratio_interval(stats.per_prompt_log_ratio(runs))
+        hits += out["ratio_low"] <= 1.5 <= out["ratio_high"]
+    assert hits / 400 >= 0.91
+
+
+def test_prompts_needed_for_a_half_width():
+    # sd of log ratios 0.13 at a 2x speedup: +-0.05x needs (1.96 * 0.13 * 2 / 0.05)^2 ~ 104
+    assert stats.prompts_needed(0.13, 0.05, 2.0) == 104
+    assert stats.prompts_needed(0.13, 0.10, 2.0) == 26

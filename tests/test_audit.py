@@ -32,6 +32,7 @@ from specbench.audit.stats import (
     verdict,
 )
 from specbench.config import AuditConfig, ConfigError
+from specbench.methods import METHODS, Models, check_job
 from specbench.runner import run, to_config
 from specbench.sampling import residual, sample
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
@@ -93,7 +94,7 @@ TINY = "+experiment=audit_tiny"
     "overrides, match",
     [
         (["bench.kind=bogus"], "bench.kind must be one of"),
-        (["bench.kind=audit", "decoder=scoring_profile"], "audits one of"),
+        (["bench.kind=audit", "decoder=replay", "decoder.trace=x"], "audits one of"),
         (["bench.kind=audit", "decoder.k=1"], "decoder.k >= 2"),
         (["audit.num_samples=5"], "num_samples"),
         (["audit.alpha=0"], "audit.alpha"),
@@ -109,9 +110,10 @@ def test_bad_audit_configs_fail_early(compose_cfg, no_load_pool, tmp_path, overr
 
 def test_audit_kind_and_control_decoder(compose_cfg):
     job = to_config(compose_cfg(["decoder=autoregressive", "decoder.k=1"], base=TINY))
-    assert job.kind == "audit"  # k is irrelevant without a draft
-    assert to_config(compose_cfg()).kind == "time"
-    assert to_config(compose_cfg(["decoder=scoring_profile"])).kind == "profile"
+    assert job.bench.kind == "audit"  # k is irrelevant without a draft
+    check_job(job)
+    assert to_config(compose_cfg()).bench.kind == "time"
+    assert to_config(compose_cfg(["bench.kind=profile"])).bench.kind == "profile"
 
 
 # --- power on tiny models ----------------------------------------------------------------------
@@ -143,23 +145,37 @@ def audit(decoder: AuditedDecoder, pair) -> tuple[str, pd.DataFrame, np.ndarray]
     return outcome, table, samples.accepted_first
 
 
+def registered(name: str, pair, **knobs) -> AuditedDecoder:
+    """The registry's method `name` bound to the tiny pair as the audit binds it."""
+    entry = METHODS[name]
+    cfg = entry.config(**knobs)
+    models = Models(pair[0], pair[1] if entry.needs_draft else None)
+    return audited_decoder(entry, cfg, models, PARAMS, pair[0].config.vocab_size)
+
+
 def test_accept_everything_is_flagged_biased(pair):
     target, draft, _ = pair
-    biased = partial(speculative_generate, target, draft, k=2, verify_fn=accept_everything)
-    outcome, table, _ = audit(AuditedDecoder(biased, 3, False), pair)
+    biased = partial(
+        speculative_generate, target, draft, k=2, sampling=PARAMS, verify_fn=accept_everything
+    )
+
+    def generate(ids, n, gen):
+        return biased(ids, max_new_tokens=n, generator=gen)
+
+    outcome, table, _ = audit(AuditedDecoder(generate, 3, False), pair)
     assert outcome == "biased"
     assert table.tv.max() > table.tv_null_q95.max()
 
 
 def test_exact_speculative_passes_on_every_path(pair):
-    outcome, table, accepted = audit(audited_decoder("speculative", *pair[:2], k=2), pair)
+    outcome, table, accepted = audit(registered("speculative", pair, k=2), pair)
     assert outcome == "pass", table[["position", "given", "n", "tv", "pvalue", "pvalue_holm"]]
     assert (table.position == 2).any()  # the second token was tested too
     assert {0, 1, 2} <= set(accepted.tolist())  # residual after 0 or 1 accepted, bonus after 2
 
 
 def test_plain_target_control_passes(pair):
-    outcome, table, _ = audit(audited_decoder("autoregressive", pair[0], None, k=2), pair)
+    outcome, table, _ = audit(registered("autoregressive", pair), pair)
     assert outcome == "pass", table
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import NoLoadPool
 
 import specbench.__main__ as entry
@@ -59,7 +60,10 @@ CASES = [
         "local checkpoint not found",
     ),
     ("results dir not writable", ["results_dir={tmp}/a_file/results"], "set results_dir="),
+    ("unknown decoder", ["decoder=no_such_decoder"], "choose one of: "),
 ]
+if not torch.cuda.is_available():  # a backend this torch cannot run: one line, before any work
+    CASES.append(("cuda on a CPU-only torch", ["backend=cuda"], "needs a CUDA GPU"))
 
 
 def _check(code: int | str | None, out: str, err: str, must_contain: str) -> None:

@@ -81,7 +81,8 @@ def test_compare_hf_adds_both_methods_to_the_records(tmp_path):
     assert sorted(records.method.unique()) == sorted(methods)
     assert (records.groupby("method").size() == 4).all()  # 2 prompts x 2 repeats each
     assert set(records[records.method == "hf_assisted"].k) == {4}
-    assert "ar_vs_hf" in out.stdout and "sps_vs_hf" in out.stdout
+    assert "autoregressive vs hf_generate" in out.stdout
+    assert "speculative vs hf_assisted" in out.stdout
     bench = subprocess.run(
         [sys.executable, "benchmarks/bench_vs_hf.py", "--report-only"]
         + ["--results", str(tmp_path / "smoke")],
@@ -89,4 +90,5 @@ def test_compare_hf_adds_both_methods_to_the_records(tmp_path):
     )  # fmt: skip
     assert bench.returncode in (0, 1), bench.stderr  # 1: a target missed on random tiny models
     last = bench.stdout.strip().splitlines()[-2:]
-    assert last[0].startswith("ar_vs_hf") and last[1].startswith("sps_vs_hf")
+    assert last[0].startswith("autoregressive vs hf_generate")
+    assert last[1].startswith("speculative vs hf_assisted")

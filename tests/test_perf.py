@@ -3,12 +3,12 @@
 import pandas as pd
 import pytest
 
-from specbench.analysis.perf import hf_ratios, ratio_lines, time_split
+from specbench.analysis.perf import comparisons, ratio_lines, time_split
 
 
 def rows(method, ms, **extra):
     base = dict(task="xsum", sampling="greedy", k=4, job="decoder.k=4", repeat=0)
-    base |= dict(method=method, tokens_per_call=2.0, wall_s=1.0, target_calls=10)
+    base |= dict(method=method, new_tokens=20, wall_s=1.0, target_calls=10)
     return [base | {"prompt_id": f"p{i}", "ms_per_token": v} | extra for i, v in enumerate(ms)]
 
 
@@ -23,13 +23,16 @@ def records():
     )
 
 
-def test_hf_ratios_are_paired_medians_with_range(records):
-    table = hf_ratios(records).set_index("comparison")
-    assert table.loc["sps_vs_hf", "median"] == pytest.approx(1.1)
-    assert table.loc["sps_vs_hf", "min"] == pytest.approx(1.0)
-    assert table.loc["ar_vs_hf", "max"] == pytest.approx(1.1)
-    assert table.loc["ar_vs_hf", "n"] == 3
-    assert ratio_lines(hf_ratios(records))[-1].startswith("sps_vs_hf xsum greedy K=4: 1.100x")
+def test_comparisons_are_paired_per_prompt_with_a_named_range(records):
+    table = comparisons(records).set_index("comparison")
+    sps = table.loc["speculative vs hf_assisted"]
+    assert sps.ratio == pytest.approx((1.1 * 1.1 * 1.0) ** (1 / 3))  # geometric mean
+    assert sps.ratio_median == pytest.approx(1.1)
+    assert (sps.ratio_low, sps.ratio_high) == pytest.approx((1.0, 1.1))
+    assert sps.ratio_interval.startswith("range") and sps.n_prompts == 3
+    assert table.loc["autoregressive vs hf_generate", "ratio_high"] == pytest.approx(1.1)
+    line = ratio_lines(comparisons(records))[-1]
+    assert line.startswith("speculative vs hf_assisted") and "K=4: 1.066x [1.000, 1.100]" in line
 
 
 def test_time_split_percentages_and_loop_ms(records):
@@ -40,4 +43,4 @@ def test_time_split_percentages_and_loop_ms(records):
 
 def test_nothing_to_compare_gives_empty_tables(records):
     ours = records[records.method.isin(["autoregressive"])]
-    assert hf_ratios(ours).empty and time_split(ours).empty
+    assert comparisons(ours).empty and time_split(ours).empty

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from specbench.config import ConfigError, DecoderConfig
+from specbench.config import ConfigError
 from specbench.decoding import StopCondition, speculative_generate
-from specbench.decoding.replay import Replay, ReplayError, Step, load_trace
+from specbench.decoding.replay import Replay, ReplayConfig, ReplayError, Step, load_trace
 from specbench.models import ModelPool
 from specbench.runner import run
 from specbench.sampling import SamplingParams
@@ -87,12 +87,12 @@ def test_load_trace_picks_one_job_and_checks_k(tmp_path):
     ]  # fmt: skip
     pd.DataFrame(rows).to_parquet(tmp_path / "iterations.parquet")
     with pytest.raises(ConfigError, match="trace_job"):
-        load_trace(DecoderConfig(name="replay", k=2, trace=str(tmp_path)))
-    cfg = DecoderConfig(name="replay", k=3, trace=str(tmp_path), trace_job="decoder.k=3")
+        load_trace(ReplayConfig(k=2, trace=str(tmp_path)))
+    cfg = ReplayConfig(k=3, trace=str(tmp_path), trace_job="decoder.k=3")
     trace = load_trace(cfg)
     assert trace == {("a", 0): [Step(3, 0), Step(3, 1), Step(3, 0)]}
     with pytest.raises(ConfigError, match="decoder.k=2"):
-        load_trace(DecoderConfig(name="replay", k=4, trace=str(tmp_path), trace_job="decoder.k=2"))
+        load_trace(ReplayConfig(k=4, trace=str(tmp_path), trace_job="decoder.k=2"))
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,10 @@ import pandas as pd
 import torch
 from hydra import compose, initialize_config_dir
 
-from specbench.config import register_configs
 from specbench.decoding.replay import Replay, Step
+from specbench.methods.registry import register_configs
 from specbench.models import ModelPool
-from specbench.runner import Prepared, derive_seed, generate, prepare, to_config
+from specbench.runner import Prepared, generate, prepare, to_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 DEFAULTS = [
@@ -41,7 +41,7 @@ def paired_runs(prep: Prepared, models: tuple) -> pd.DataFrame:
     for i, prompt in enumerate(prep.prompts):
         ids = prep.tokenizer(prompt.text, return_tensors="pt").input_ids
         for repeat in range(job.bench.repeats):
-            seed = derive_seed(job.bench.seed, i, repeat)
+            seed = job.bench.seed_for(i, repeat)
             rec = timed("speculative", prep, models, ids, seed)
             steps = [Step(k, a) for k, a in zip(rec.proposed, rec.accepted, strict=True)]
             prep.replay = Replay({(prompt.id, repeat): steps}, {seed: (prompt.id, repeat)})

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specbench.analysis.aggregate import bootstrap_ci
 from specbench.analysis.quality import ROUGE, rouge_means
+from specbench.stats import bootstrap_ci
 
 
 def main(results: Path) -> None:

@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..stats import binomial_range
 from .figures import _finish, _unique
 
 SHOWN_TOKENS = 8  # top tokens drawn per panel, plus the rest bucket
@@ -66,9 +67,10 @@ def _draw_test(ax: Axes, test, buckets: pd.DataFrame) -> None:
     rows = pd.concat([head, rest])
     x = np.arange(len(rows))
     n = test.n
-    half = 1.96 * np.sqrt(rows.exact * (1 - rows.exact) / n)  # exact-sampling noise at this n
+    low, high = binomial_range(rows.exact, n)  # exact-sampling noise at this n
     ax.bar(x - 0.2, rows.exact, 0.4, color="0.7", label="exact (target forward)")
-    ax.errorbar(x - 0.2, rows.exact, yerr=half, fmt="none", ecolor="0.3", capsize=2)
+    err = [rows.exact - low, high - rows.exact]
+    ax.errorbar(x - 0.2, rows.exact, yerr=err, fmt="none", ecolor="0.3", capsize=2)
     ax.bar(x + 0.2, rows.empirical, 0.4, color="C0", label=f"sampled, n = {n}")
     labels = [_label(t, i) for t, i in zip(rows.text, rows.token, strict=True)]
     ax.set_xticks(x, labels, rotation=60, fontsize=7)

@@ -15,7 +15,8 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .aggregate import AR, SPS, summary_by_k
+from .. import stats
+from .aggregate import drafting, normalize, series_label, summary
 from .theory import expected_tokens_per_loop, predicted_vs_measured
 
 K_LABEL = "K (draft tokens per loop)"
@@ -31,10 +32,11 @@ def _unique(frame: pd.DataFrame, column: str) -> str:
 
 
 def pair_caption(records: pd.DataFrame) -> str:
-    """'target X / draft Y | device | dtype' of the records."""
-    sps = records[records.method == SPS]
-    pair = f"target {_unique(records, 'target')} / draft {_unique(sps, 'draft')}"
-    return " | ".join([pair, _unique(records, "device_name"), _unique(records, "dtype")])
+    """'target X / draft Y | device (CPU kind) | dtype' of the records."""
+    drafts = records[records.draft_calls > 0] if "draft_calls" in records else records
+    pair = f"target {_unique(records, 'target')} / draft {_unique(drafts, 'draft')}"
+    device = f"{_unique(records, 'device_name')} ({_unique(records, 'cpu_kind')})"
+    return " | ".join([pair, device, _unique(records, "dtype")])
 
 
 def caption(records: pd.DataFrame) -> str:
@@ -68,22 +70,55 @@ def _finish(fig: Figure, title: str, text: str) -> Figure:
     return fig
 
 
-def _panel_figure(records: pd.DataFrame, summary: pd.DataFrame, title: str, draw: Draw) -> Figure:
-    """One panel per (task, sampling) with speculative rows; draw(ax, rows, summary rows)."""
-    keys = sorted(set(map(tuple, records.loc[records.method == SPS, ["task", "sampling"]].values)))
+PANEL = ["task", "sampling", "cpu_kind"]  # one panel each: CPU kinds are never pooled
+
+
+def _in_panel(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
+    """frame's rows of the panel `key` (values of PANEL)."""
+    if frame.empty:
+        return frame
+    keep = np.logical_and.reduce([frame[c] == v for c, v in zip(PANEL, key, strict=True)])
+    return frame[keep]
+
+
+def _panel_title(key: tuple) -> str:
+    task, sampling, cpu = key
+    return f"{task} | {sampling} | CPU {cpu}"
+
+
+def _panel_figure(records: pd.DataFrame, title: str, draw: Draw) -> Figure:
+    """One panel per (task, sampling, CPU kind) with drafting rows; draw(ax, rows, summary
+    rows of that panel: baselines at k = 0 and each drafting method's K)."""
+    records = normalize(records)
+    table = summary(records)
+    keys = sorted(set(map(tuple, drafting(records)[PANEL].values)))
     if not keys:
-        raise ValueError("no speculative rows to plot against K")
+        raise ValueError("no drafting rows to plot against K")
     fig, axes = _grid(len(keys))
-    for ax, (task, sampling) in zip(axes, keys, strict=True):
-        rows = records[(records.task == task) & (records.sampling == sampling)]
-        mine = summary[(summary.task == task) & (summary.sampling == sampling) & (summary.k > 0)]
-        draw(ax, rows, mine.sort_values("k"))
-        ax.set_title(f"{task} | {sampling}")
+    for ax, key in zip(axes, keys, strict=True):
+        mine = _in_panel(table, key).sort_values("k")
+        draw(ax, _in_panel(records, key), mine)
+        ax.set_title(_panel_title(key))
         ax.set_xlabel(K_LABEL)
-        ax.set_xticks(mine.k.unique())
+        ax.set_xticks(sorted(mine[mine.k > 0].k.unique()))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return _finish(fig, title, caption(records))
+
+
+def _series(table: pd.DataFrame):
+    """(label, rows by K) per drafting method of a panel."""
+    mine = table[(table.paired_with != "") & (table.k > 0)]
+    many = mine.draft.nunique() > 1
+    keys = stats.present(mine, ["method", "draft", "n_drafts"])
+    for _, rows in mine.groupby(keys, sort=True, dropna=False):
+        yield series_label(rows.iloc[0], many), rows.sort_values("k")
+
+
+def _baselines(table: pd.DataFrame) -> pd.DataFrame:
+    """The panel's baseline rows (methods that others are paired with), pooled per method."""
+    names = set(table.paired_with) - {""}
+    return table[table.method.isin(names)].groupby("method", as_index=False).first()
 
 
 def _band(ax: Axes, x, mean, std, label: str, **style) -> None:
@@ -92,13 +127,13 @@ def _band(ax: Axes, x, mean, std, label: str, **style) -> None:
     ax.fill_between(x, mean - std, mean + std, alpha=0.2, color=lines[0].get_color())
 
 
-def _draw_time(ax: Axes, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
-    _band(ax, summary.k, summary.sps_time_s, summary.sps_time_s_std, "speculative, mean ±1 std")
-    ar = rows.loc[rows.method == AR, "wall_s"]
-    if len(ar):
-        mean, std = ar.mean(), ar.std()
-        ax.axhline(mean, color="k", ls="--", label="autoregressive, mean ±1 std")
-        ax.axhspan(mean - std, mean + std, color="k", alpha=0.08)
+def _draw_time(ax: Axes, rows: pd.DataFrame, table: pd.DataFrame) -> None:
+    for label, mine in _series(table):
+        _band(ax, mine.k, mine.time_s, mine.time_s_std, f"{label}, mean ±1 std")
+    for _, base in _baselines(table).iterrows():
+        ax.axhline(base.time_s, color="k", ls="--", label=f"{base.method}, mean ±1 std")
+        ax.axhspan(base.time_s - base.time_s_std, base.time_s + base.time_s_std, color="k",
+                   alpha=0.08)  # fmt: skip
     ax.set_ylabel(f"time to generate N = {_unique(rows, 'max_new_tokens')} tokens (s)")
     ax.set_ylim(bottom=0)
 
@@ -106,17 +141,21 @@ def _draw_time(ax: Axes, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
 def time_vs_k_figure(records: pd.DataFrame) -> Figure:
     """Fig. 1 left: mean time to generate N tokens vs K, with the autoregressive baseline."""
     title = "Mean time to generate N tokens (±1 std over runs)"
-    return _panel_figure(records, summary_by_k(records), title, _draw_time)
+    return _panel_figure(records, title, _draw_time)
 
 
-def _draw_acceptance(ax: Axes, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
-    label = "tokens per loop / (K+1), mean ±1 std"
-    _band(ax, summary.k, summary.acceptance_per_loop, summary.acceptance_per_loop_std, label)
-    ax.plot(summary.k, summary.alpha, marker="s", label="mean expected acceptance alpha")
-    alpha = rows.loc[rows.method == SPS, "alpha"].mean()
-    ks = np.arange(summary.k.min(), summary.k.max() + 1)
-    ideal = expected_tokens_per_loop(alpha, ks) / (ks + 1)
-    ax.plot(ks, ideal, ls=":", color="0.4", label=f"(1-a^(K+1))/((1-a)(K+1)), a={alpha:.2f}")
+def _draw_acceptance(ax: Axes, rows: pd.DataFrame, table: pd.DataFrame) -> None:
+    for label, mine in _series(table):
+        fill = f"{label}: tokens per loop / (K+1), mean ±1 std"
+        _band(ax, mine.k, mine.acceptance_per_loop, mine.acceptance_per_loop_std, fill)
+        if mine.alpha.notna().any():
+            ax.plot(mine.k, mine.alpha, marker="s", label=f"{label}: mean expected acceptance")
+            alpha = float(mine.alpha.mean())
+            ks = np.arange(mine.k.min(), mine.k.max() + 1)
+            ideal = expected_tokens_per_loop(alpha, ks) / (ks + 1)
+            ax.plot(
+                ks, ideal, ls=":", color="0.4", label=f"(1-a^(K+1))/((1-a)(K+1)), a={alpha:.2f}"
+            )
     ax.set_ylabel("fraction of K+1 (unitless)")
     ax.set_ylim(0, 1.05)
 
@@ -124,16 +163,14 @@ def _draw_acceptance(ax: Axes, rows: pd.DataFrame, summary: pd.DataFrame) -> Non
 def acceptance_figure(records: pd.DataFrame) -> Figure:
     """Fig. 1 middle: tokens per loop / (K+1) vs K, and the mean expected acceptance alpha."""
     title = "Average tokens per loop / (K+1) and mean expected acceptance"
-    return _panel_figure(records, summary_by_k(records), title, _draw_acceptance)
+    return _panel_figure(records, title, _draw_acceptance)
 
 
-def _draw_loop(ax: Axes, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
-    label = "speculative loop, mean ±1 std"
-    _band(ax, summary.k, summary.sps_loop_ms, summary.sps_loop_ms_std, label)
-    ar = rows[rows.method == AR]
-    if len(ar):
-        step = 1e3 * (ar.target_s + ar.overhead_s) / ar.target_calls
-        ax.axhline(step.mean(), color="k", ls="--", label="autoregressive step (1 target call)")
+def _draw_loop(ax: Axes, rows: pd.DataFrame, table: pd.DataFrame) -> None:
+    for label, mine in _series(table):
+        _band(ax, mine.k, mine.loop_ms, mine.loop_ms_std, f"{label} loop, mean ±1 std")
+    for _, base in _baselines(table).iterrows():
+        ax.axhline(base.loop_ms, color="k", ls="--", label=f"{base.method} step (1 target call)")
     ax.set_ylabel("mean loop latency (ms)")
     ax.set_ylim(bottom=0)
 
@@ -141,39 +178,35 @@ def _draw_loop(ax: Axes, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
 def loop_latency_figure(records: pd.DataFrame) -> Figure:
     """Fig. 1 right: mean latency of one draft-K-then-score loop vs K."""
     title = "Mean loop latency (draft K + score K+1 + verify)"
-    return _panel_figure(records, summary_by_k(records), title, _draw_loop)
-
-
-INTERVAL_LABELS = {
-    "bootstrap95": "95% bootstrap CI over prompts",
-    "min-max": "min-max over prompts (n < 10: no CI)",
-}
+    return _panel_figure(records, title, _draw_loop)
 
 
 def _speedup_drawer(theory: pd.DataFrame) -> Draw:
-    """Draws measured speedups with their CI and the Thm 3.8 predictions of the same panel."""
+    """Draws measured speedups with their interval and the Thm 3.8 predictions of the panel."""
 
-    def draw(ax: Axes, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
-        err = [summary.speedup - summary.speedup_low, summary.speedup_high - summary.speedup]
-        method = _unique(summary, "speedup_interval")
-        label = "measured median, " + INTERVAL_LABELS.get(method, f"{method} over prompts")
-        ax.errorbar(summary.k, summary.speedup, yerr=err, marker="o", capsize=4, label=label)
-        task, sampling = rows.task.iloc[0], rows.sampling.iloc[0]
-        mine = theory[(theory.task == task) & (theory.sampling == sampling)] if len(theory) else []
-        if len(mine):
-            ax.plot(mine.k, mine.predicted, ls="--", marker="x", label="Thm 3.8, measured s(K)")
-            ax.plot(mine.k, mine.predicted_free_scoring, ls=":", label="Thm 3.8, free scoring s=1")
+    def draw(ax: Axes, rows: pd.DataFrame, table: pd.DataFrame) -> None:
+        for label, mine in _series(table):
+            mine = mine[mine.speedup.notna()]
+            err = [mine.speedup - mine.speedup_low, mine.speedup_high - mine.speedup]
+            how = _unique(mine, "speedup_interval")
+            ax.errorbar(mine.k, mine.speedup, yerr=err, marker="o", capsize=4,
+                        label=f"{label}: {how}")  # fmt: skip
+        predicted = _in_panel(theory, tuple(rows[PANEL].iloc[0]))
+        for label, pred in predicted.groupby("method") if len(predicted) else []:
+            ax.plot(pred.k, pred.predicted, ls="--", marker="x",
+                    label=f"{label}: Thm 3.8 from this run's alpha, c, s(K)")  # fmt: skip
+            ax.plot(pred.k, pred.predicted_free_scoring, ls=":", label=f"{label}: Thm 3.8, s = 1")
         ax.axhline(1.0, color="k", lw=0.8, label="no speedup")
-        ax.set_ylabel("speedup over autoregressive (×)")
+        ax.set_ylabel("speedup over the baseline (×)")
 
     return draw
 
 
 def speedup_figure(records: pd.DataFrame) -> Figure:
     """Paired speedup vs K with its interval over prompts, and the Thm 3.8 prediction over it."""
-    title = "Speedup (paired AR / SpS ms per token, median) vs Leviathan et al. Thm 3.8"
+    title = "Speedup (paired, per prompt) vs Leviathan et al. Thm 3.8"
     draw = _speedup_drawer(predicted_vs_measured(records))
-    return _panel_figure(records, summary_by_k(records), title, draw)
+    return _panel_figure(records, title, draw)
 
 
 def scoring_profile_figure(profile: pd.DataFrame, text: str | None = None) -> Figure:

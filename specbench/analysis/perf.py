@@ -1,74 +1,71 @@
-"""Ours vs transformers and where the loop's time goes: the numbers issue-style perf targets use.
+"""Ours vs another engine's version of the same method, and where the loop's time goes.
 
-`hf_ratios`: per (task, sampling, K), transformers' ms/token over ours, paired on the same
-(job, prompt, repeat): > 1 means ours is faster. `time_split`: the speculative loop's wall time
-split into draft (forwards + sampling), target (forwards) and bookkeeping (logits -> probs,
-verify, rollback, stop checks). Both are functions of records.parquet only.
+`comparisons`: per condition and K, the other engine's ms/token over ours, paired on the same
+runs (`stats.paired_runs`), for every registry method with a `compare_with`: > 1 means ours is
+faster. `time_split`: our drafting loop's wall time split into draft (forwards + sampling),
+target (forwards) and bookkeeping (logits -> probs, verify, rollback, stop checks). Both are
+functions of records.parquet only.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-GROUP = ["task", "sampling", "k"]
-# name -> (transformers' method, ours)
-HF_PAIRS = {
-    "ar_vs_hf": ("hf_generate", "autoregressive"),
-    "sps_vs_hf": ("hf_assisted", "speculative"),
-}
+from .. import stats
+from ..methods import METHODS
+from .aggregate import drafting, normalize
+
+SPLIT_KEY = ["task", "sampling", "cpu_kind", "method", "k"]
 
 
-def paired(records: pd.DataFrame, slow: str, fast: str) -> pd.Series:
-    """ms/token of `slow` over `fast` for every (job, prompt, repeat) that has both."""
-    wide = records.pivot_table(
-        index=["job", "prompt_id", "repeat"], columns="method", values="ms_per_token"
-    )
-    if slow not in wide or fast not in wide:
-        return pd.Series(dtype=float)
-    return (wide[slow] / wide[fast]).dropna()
-
-
-def hf_ratios(records: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, sampling, k, comparison): median, min, max and n of the ratio.
-
-    Grouped by job (the baselines' rows carry k=0); k is the job's speculative K.
-    """
+def comparisons(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per (condition, k, ours vs theirs): the headline ratio and its interval."""
+    records = normalize(records)
     rows = []
-    for (task, sampling, _), g in records.groupby(["task", "sampling", "job"]):
-        key = (task, sampling, int(g.k.max()))
-        for name, (theirs, ours) in HF_PAIRS.items():
-            ratio = paired(g, theirs, ours)
-            if len(ratio):
-                stats = dict(median=ratio.median(), min=ratio.min(), max=ratio.max(), n=len(ratio))
-                tpc = g[g.method == theirs].tokens_per_call.mean()
-                ours_tpc = g[g.method == ours].tokens_per_call.mean()
-                extra = dict(tokens_per_call_hf=tpc, tokens_per_call_ours=ours_tpc)
-                rows.append(dict(zip(GROUP, key, strict=True), comparison=name, **stats, **extra))
+    for name, entry in METHODS.items():
+        theirs = entry.compare_with
+        if not theirs or not {name, theirs} <= set(records.method):
+            continue
+        mine = records[records.method == name].assign(paired_with=theirs)
+        other = records[records.method == theirs].assign(paired_with="")
+        pairs = stats.paired_runs(pd.concat([mine, other], ignore_index=True))
+        keys = stats.present(pairs, ["task", "sampling", "cpu_kind", "k"])
+        for key, g in pairs.groupby(keys, sort=True):
+            calls = {m: stats.tokens_per_call(records[records.method == m]) for m in (name, theirs)}
+            rows.append(
+                dict(zip(keys, key, strict=True))
+                | {"comparison": f"{name} vs {theirs}", "ours": name, "theirs": theirs}
+                | stats.ratio_interval(stats.per_prompt_log_ratio(g))
+                | {"tokens_per_call_ours": calls[name], "tokens_per_call_theirs": calls[theirs]}
+            )
     return pd.DataFrame(rows)
 
 
 def time_split(records: pd.DataFrame) -> pd.DataFrame:
-    """Speculative rows: % of wall time in draft / target / bookkeeping, and ms per loop."""
-    sps = records[records.method == "speculative"]
-    if sps.empty:
+    """Our drafting rows: % of wall time in draft / target / bookkeeping, and ms per loop."""
+    ours = drafting(normalize(records))
+    ours = ours[ours.target_s > 0]  # transformers' rows have one total, no split
+    if ours.empty:
         return pd.DataFrame()
-    parts = sps.assign(
-        draft_pct=100 * sps.draft_s / sps.wall_s,
-        target_pct=100 * sps.target_s / sps.wall_s,
-        bookkeeping_pct=100 * sps.overhead_s / sps.wall_s,
-        loop_ms=1e3 * sps.wall_s / sps.target_calls.clip(lower=1),
-        bookkeeping_ms_per_loop=1e3 * sps.overhead_s / sps.target_calls.clip(lower=1),
+    calls = ours.target_calls.clip(lower=1)
+    parts = ours.assign(
+        draft_pct=100 * ours.draft_s / ours.wall_s,
+        target_pct=100 * ours.target_s / ours.wall_s,
+        bookkeeping_pct=100 * ours.overhead_s / ours.wall_s,
+        loop_ms=stats.loop_ms(ours),
+        bookkeeping_ms_per_loop=1e3 * ours.overhead_s / calls,
     )
     cols = ["draft_pct", "target_pct", "bookkeeping_pct", "loop_ms", "bookkeeping_ms_per_loop"]
-    out = parts.groupby(GROUP)[cols].median()
-    out["bookkeeping_pct_max"] = parts.groupby(GROUP).bookkeeping_pct.max()
+    keys = stats.present(parts, SPLIT_KEY)
+    out = parts.groupby(keys)[cols].median()
+    out["bookkeeping_pct_max"] = parts.groupby(keys).bookkeeping_pct.max()
     return out.reset_index()
 
 
 def ratio_lines(ratios: pd.DataFrame) -> list[str]:
-    """`sps_vs_hf  xsum greedy K=4: 1.07x (min 1.01, max 1.12, n=4)` lines, one per row."""
+    """`speculative vs hf_assisted  xsum greedy K=4: 1.07x [1.01, 1.12] (range, n=4)` lines."""
     return [
-        f"{r.comparison:9s} {r.task} {r.sampling} K={r.k}: {r['median']:.3f}x "
-        f"(min {r['min']:.3f}, max {r['max']:.3f}, n={r.n})"
-        for _, r in ratios.iterrows()
+        f"{r.comparison:28s} {r.task} {r.sampling} K={r.k}: {r.ratio:.3f}x "
+        f"[{r.ratio_low:.3f}, {r.ratio_high:.3f}] ({r.ratio_interval}, n={r.n_prompts})"
+        for r in ratios.itertuples(index=False)
     ]

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
+from ..stats import wilson_interval
+
 ROUGE = ("rouge1", "rouge2", "rougeL")
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (95% by default); (nan, nan) for n = 0."""
-    if n == 0:
-        return math.nan, math.nan
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def pass_at_1(records: pd.DataFrame, by: list[str]) -> pd.DataFrame:

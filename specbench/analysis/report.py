@@ -13,8 +13,18 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..records import AUDIT, AUDIT_TOKENS, PROFILE, RECORDS, atomic_write, write_table, write_text
-from .aggregate import AR, SPS, paired_speedups, summary_by_k
+from .. import stats
+from ..records import (
+    AUDIT,
+    AUDIT_TOKENS,
+    ITERATIONS,
+    PROFILE,
+    RECORDS,
+    atomic_write,
+    write_table,
+    write_text,
+)
+from .aggregate import drafting, normalize, summary
 from .audit import audit_figure, verdict_table
 from .figures import (
     acceptance_figure,
@@ -24,7 +34,7 @@ from .figures import (
     speedup_figure,
     time_vs_k_figure,
 )
-from .perf import hf_ratios, time_split
+from .perf import comparisons, time_split
 from .tables import format_table1, table1, to_markdown
 from .theory import predicted_vs_measured
 
@@ -48,26 +58,39 @@ def save_figure(fig: Figure, base: Path) -> list[Path]:
 
 
 def has_k_sweep(records: pd.DataFrame) -> bool:
-    """Whether some (task, sampling) has speculative rows at two or more K."""
-    sps = records[records.method == SPS]
-    return bool(len(sps)) and sps.groupby(["task", "sampling"]).k.nunique().max() >= 2
+    """Whether some drafting method on some (task, sampling) ran at two or more K."""
+    rows = drafting(normalize(records))
+    keys = ["task", "sampling", "method"]
+    return bool(len(rows)) and rows.groupby(keys).k.nunique().max() >= 2
 
 
 def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
-    """table1.csv/.md, summary.csv and (with SpS and AR rows) theory.csv."""
+    """table1.csv/.md, summary.csv, and where they apply vs_hf, time_split, theory and
+    acceptance_by_position CSVs."""
     table = table1(records)
     write_table(out / "table1.csv", table)
     caption = f"\nTable 1 analogue. {pair_caption(records)}.\n"
     write_text(out / "table1.md", to_markdown(format_table1(table)) + caption)
-    write_table(out / "summary.csv", summary_by_k(records))
+    write_table(out / "summary.csv", summary(records))
     written = [out / "table1.csv", out / "table1.md", out / "summary.csv"]
-    for name, table in (("vs_hf.csv", hf_ratios(records)), ("time_split.csv", time_split(records))):
+    iterations = out / ITERATIONS
+    by_position = (
+        stats.acceptance_by_position(pd.read_parquet(iterations))
+        if iterations.is_file()
+        else pd.DataFrame()
+    )
+    optional = {
+        "vs_hf.csv": comparisons(records),
+        "time_split.csv": time_split(records),
+        "acceptance_by_position.csv": by_position,
+    }
+    for name, table in optional.items():
         if not table.empty:
             write_table(out / name, table)
             written.append(out / name)
     theory = predicted_vs_measured(records)
     if theory.empty:
-        log.info("skipping theory.csv: no task with both speculative and autoregressive rows")
+        log.info("skipping theory.csv: no drafting method with a timed baseline")
     else:
         write_table(out / "theory.csv", theory)
         written.append(out / "theory.csv")
@@ -80,8 +103,8 @@ def write_figures(records: pd.DataFrame, out: Path) -> list[Path]:
         log.info("skipping the figures vs K: no task and sampling mode has two or more K")
         return []
     figures = dict(K_FIGURES)
-    if paired_speedups(records).empty:
-        log.info("skipping speedup_vs_k: no run has both %s and %s timings", SPS, AR)
+    if stats.paired_runs(normalize(records)).empty:
+        log.info("skipping speedup_vs_k: no drafting run has its baseline timed")
     else:
         figures["speedup_vs_k"] = speedup_figure
     written = []

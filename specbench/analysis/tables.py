@@ -1,21 +1,23 @@
 """Table 1 of Chen et al. 2023: quality, ms per token and speedup per method, task and sampling.
 
-Quality is ROUGE-2 (XSum rows) or pass@1 (HumanEval rows), whichever the rows carry. SpS and
-AR quality are compared on the same (job, prompt, repeat) runs; differences are averaged per
-prompt first, so repeats of a prompt count once in the test.
+Quality is ROUGE-2 (XSum rows) or pass@1 (HumanEval rows), whichever the rows carry. A method's
+and its baseline's quality are compared on the same runs (`stats.paired_runs`); differences are
+averaged per prompt first, so repeats of a prompt count once in the test.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import stats as tests
 
-from .aggregate import AR, PAIR, SPS, bootstrap_ci, paired_speedups, speedup_interval
+from .. import stats
+from .aggregate import drafting, normalize, summary
 
 METRICS = {"rouge2": "ROUGE-2", "passed": "pass@1"}
 WILCOXON = "Wilcoxon signed-rank on per-prompt differences"
 SIGN = "exact sign test (McNemar) on per-prompt differences"
+TABLE_KEY = ["task", "sampling", "cpu_kind"]
 
 
 def quality_metric(frame: pd.DataFrame) -> str | None:
@@ -31,46 +33,43 @@ def _quality(frame: pd.DataFrame, metric: str | None) -> dict:
     if metric is None:
         return {"metric": None, "quality": np.nan, "quality_low": np.nan, "quality_high": np.nan}
     rows = frame[frame[metric].notna()]
-    low, high = bootstrap_ci(rows[metric], np.mean, groups=rows.prompt_id)
+    low, high = stats.bootstrap_ci(rows[metric], np.mean, groups=rows.prompt_id)
     value = float(rows[metric].mean())
     return {"metric": METRICS[metric], "quality": value, "quality_low": low, "quality_high": high}
 
 
 def paired_test(diffs: pd.DataFrame, metric: str) -> tuple[str, float]:
-    """(test name, p-value) of H0 'SpS and AR quality equal' on per-prompt mean differences."""
+    """(test name, p-value) of H0 'method and baseline quality equal' on per-prompt mean
+    differences."""
     per_prompt = diffs.groupby("prompt_id").diff_.mean().to_numpy()
     nonzero = per_prompt[per_prompt != 0]
     if metric == "passed":
         wins = int((nonzero > 0).sum())
-        p = stats.binomtest(wins, len(nonzero), 0.5).pvalue if len(nonzero) else 1.0
+        p = tests.binomtest(wins, len(nonzero), 0.5).pvalue if len(nonzero) else 1.0
         return SIGN, float(p)
-    p = stats.wilcoxon(nonzero).pvalue if len(nonzero) else 1.0
+    p = tests.wilcoxon(nonzero).pvalue if len(nonzero) else 1.0
     return WILCOXON, float(p)
 
 
-def quality_comparison(records: pd.DataFrame, metric: str | None) -> dict:
-    """SpS minus AR quality on the same runs: mean, bootstrap CI, test and p-value."""
+def quality_comparison(runs: pd.DataFrame, metric: str | None) -> dict:
+    """A method's quality minus its baseline's on the same runs: mean, CI, test, p-value."""
     empty = {"quality_diff": np.nan, "quality_diff_low": np.nan, "quality_diff_high": np.nan}
     if metric is None:
         return empty | {"test": None, "p_value": np.nan}
-    sps = records.loc[records.method == SPS, [*PAIR, metric]]
-    ar = records.loc[records.method == AR, [*PAIR, metric]]
-    pairs = sps.merge(ar, on=PAIR, suffixes=("_sps", "_ar"), validate="one_to_one").dropna()
+    pairs = stats.paired_runs(runs[runs[metric].notna()], value=metric)
     if pairs.empty:
         return empty | {"test": None, "p_value": np.nan}
-    pairs["diff_"] = pairs[f"{metric}_sps"] - pairs[f"{metric}_ar"]
-    low, high = bootstrap_ci(pairs.diff_, np.mean, groups=pairs.prompt_id)
+    pairs["diff_"] = pairs[metric] - pairs[f"base_{metric}"]
+    low, high = stats.bootstrap_ci(pairs.diff_, np.mean, groups=pairs.prompt_id)
     test, p = paired_test(pairs, metric)
     diff = float(pairs.diff_.mean())
     interval = {"quality_diff": diff, "quality_diff_low": low, "quality_diff_high": high}
     return interval | {"test": test, "p_value": p}
 
 
-def _row(method: str, key: tuple, frame: pd.DataFrame, metric: str | None) -> dict:
+def _row(mine: pd.DataFrame, key: dict, metric: str | None) -> dict:
     """Columns every Table 1 row has: keys, counts, quality, median ms per token."""
-    task, sampling, k = key
-    mine = frame[frame.method == method]
-    return {"method": method, "task": task, "sampling": sampling, "k": k} | {
+    return key | {
         "n_prompts": mine.prompt_id.nunique(),
         "n_runs": len(mine),
         **_quality(mine, metric),
@@ -78,22 +77,38 @@ def _row(method: str, key: tuple, frame: pd.DataFrame, metric: str | None) -> di
     }
 
 
+SPEEDUP = ["speedup", "speedup_low", "speedup_high", "speedup_median", "speedup_interval"]
+
+
+def _condition_rows(frame: pd.DataFrame, table: pd.DataFrame, key: dict) -> list[dict]:
+    """Table 1 rows of one condition: each baseline, then each drafting method at each K."""
+    metric = quality_metric(frame)
+    methods = drafting(frame)
+    baselines = sorted(set(methods.paired_with)) or sorted(set(frame.method))
+    rows = [
+        _row(frame[frame.method == b], key | {"method": b, "k": pd.NA}, metric) for b in baselines
+    ]
+    knobs = stats.present(methods, stats.KNOBS)
+    for knob, mine in methods.groupby(knobs, sort=True, dropna=False):
+        named = key | dict(zip(knobs, knob, strict=True))
+        found = table.loc[np.logical_and.reduce([table[c] == v for c, v in named.items()])]
+        speed = found.iloc[0][SPEEDUP].to_dict() if len(found) and "speedup" in found else {}
+        runs = pd.concat([mine, frame[frame.method == named["paired_with"]]])
+        rows.append(_row(mine, named, metric) | speed | quality_comparison(runs, metric))
+    return rows
+
+
 def table1(records: pd.DataFrame) -> pd.DataFrame:
-    """Per (method, task, sampling[, K]): quality + CI, median ms/token, speedup + CI, test."""
-    pairs = paired_speedups(records)
+    """Per condition and method (and K): quality + CI, median ms/token, speedup + interval, and
+    the paired quality test against the baseline."""
+    records = normalize(records)
+    table = summary(records)
     rows = []
-    for (task, sampling), frame in records.groupby(["task", "sampling"], sort=True):
-        metric = quality_metric(frame)
-        if (frame.method == AR).any():
-            rows.append(_row(AR, (task, sampling, pd.NA), frame, metric))
-        for k, jobs in frame[frame.method == SPS].groupby("k", sort=True):
-            runs = frame[frame.job.isin(jobs.job.unique())]
-            mine = pairs[(pairs.task == task) & (pairs.sampling == sampling) & (pairs.k == k)]
-            row = _row(SPS, (task, sampling, int(k)), runs, metric) | speedup_interval(mine)
-            rows.append(row | quality_comparison(runs, metric))
-    table = pd.DataFrame(rows)
-    table["k"] = table["k"].astype("Int64")
-    return table
+    for key, frame in records.groupby(TABLE_KEY, sort=True):
+        rows += _condition_rows(frame, table, dict(zip(TABLE_KEY, key, strict=True)))
+    out = pd.DataFrame(rows)
+    out["k"] = out["k"].astype("Int64")
+    return out
 
 
 def _interval(value: float, low: float, high: float, fmt: str, sign: bool = False) -> str:
@@ -107,9 +122,11 @@ def _interval(value: float, low: float, high: float, fmt: str, sign: bool = Fals
 def format_table1(table: pd.DataFrame) -> pd.DataFrame:
     """Table 1 as display strings: one 'value [95% CI]' cell per quantity."""
     out = pd.DataFrame()
-    is_sps = table.method == SPS
-    out["Method"] = np.where(is_sps, "SpS (K=" + table.k.astype(str) + ")", "ArS")
-    out["Task"], out["Sampling"] = table.task, table.sampling
+    drafts = table.k.notna()
+    out["Method"] = np.where(
+        drafts, table.method + " (K=" + table.k.astype(str) + ")", table.method
+    )
+    out["Task"], out["Sampling"], out["CPU"] = table.task, table.sampling, table.cpu_kind
     out["Metric"] = table.metric.fillna("")
     q = table[["quality", "quality_low", "quality_high"]].itertuples(index=False)
     out["Quality [95% CI]"] = [_interval(*r, ".3f") for r in q]
@@ -117,12 +134,14 @@ def format_table1(table: pd.DataFrame) -> pd.DataFrame:
     s = table.get("speedup", pd.Series(np.nan, index=table.index))
     ci = zip(s, table.get("speedup_low", s), table.get("speedup_high", s), strict=True)
     method = table.get("speedup_interval", pd.Series("", index=table.index)).fillna("")
-    out["Speedup [95% CI, or min-max if n < 10]"] = [
-        _interval(*r, ".2f") + (" min-max" if m == "min-max" else "")
+    out["Speedup, geometric mean [95% t CI; range if n < 10]"] = [
+        _interval(*r, ".2f") + (" range" if m == stats.RANGE else "")
         for r, m in zip(ci, method, strict=True)
     ]
+    median = table.get("speedup_median", pd.Series(np.nan, index=table.index))
+    out["Speedup, median"] = [("" if pd.isna(m) else f"{m:.2f}") for m in median]
     d = table.reindex(columns=["quality_diff", "quality_diff_low", "quality_diff_high"])
-    out["SpS - ArS quality [95% CI]"] = [_interval(*r, ".3f", True) for r in d.itertuples(False)]
+    out["Quality - baseline's [95% CI]"] = [_interval(*r, ".3f", True) for r in d.itertuples(False)]
     tests = table.reindex(columns=["test", "p_value"]).itertuples(index=False)
     out["Paired test, H0 equal quality (p)"] = [
         "" if pd.isna(t) else f"{t} (p={p:.3g})" for t, p in tests

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from .aggregate import AR, SPS, paired_speedups, speedup_interval
+from .aggregate import summary
 
 _ONE = 1e-9  # alpha this close to 1 uses the limit (K+1)
 
@@ -49,67 +49,40 @@ def optimal_k(
     return max(candidates, key=lambda k: expected_speedup(alpha, k, c, candidates[k]))
 
 
-def _per_call_s(frame: pd.DataFrame, seconds: str, calls: str) -> float:
-    """Seconds per call, pooled over runs (sum of seconds over sum of calls)."""
-    total = frame[calls].sum()
-    return float(frame[seconds].sum() / total) if total else float("nan")
+SERIES = ["task", "sampling", "cpu_kind", "method", "draft", "n_drafts"]
 
 
-def estimate_parameters(records: pd.DataFrame) -> dict:
-    """alpha, c and per-K scoring cost s(K), in units of one autoregressive target call."""
-    sps, ar = records[records.method == SPS], records[records.method == AR]
-    ar_call = _per_call_s(ar, "target_s", "target_calls")
-    draft_call = _per_call_s(sps, "draft_s", "draft_calls")
-    scoring: dict[int, float] = {}
-    for k, frame in sps.groupby("k"):
-        same_jobs = ar[ar.job.isin(frame.job.unique())]
-        baseline = _per_call_s(same_jobs, "target_s", "target_calls") if len(same_jobs) else ar_call
-        scoring[int(k)] = _per_call_s(frame, "target_s", "target_calls") / baseline
-    return {
-        "alpha": float(sps.alpha.mean()),
-        "c": draft_call / ar_call,
-        "scoring_costs": scoring,
-        "ar_call_ms": 1e3 * ar_call,
-        "draft_call_ms": 1e3 * draft_call,
-    }
-
-
-def _group_rows(frame: pd.DataFrame, pairs: pd.DataFrame) -> list[dict]:
-    """predicted_vs_measured rows of one (task, sampling) group, one per K."""
-    params = estimate_parameters(frame)
-    alpha, c, costs = params["alpha"], params["c"], params["scoring_costs"]
-    best = optimal_k(alpha, c, costs) if costs else None
-    rows = []
-    for k, scoring in sorted(costs.items()):
-        mine = pairs[pairs.k == k]
-        predicted = expected_speedup(alpha, k, c, scoring)
-        measured = speedup_interval(mine)
-        rows.append(
-            {
-                "k": k,
-                "alpha": alpha,
-                "c": c,
-                "scoring_cost": scoring,
-                "predicted": predicted,
-                "predicted_free_scoring": expected_speedup(alpha, k, c, 1.0),
-                "measured": measured["speedup"],
-                "measured_low": measured["speedup_low"],
-                "measured_high": measured["speedup_high"],
-                "interval": measured["speedup_interval"],
-                "ratio": measured["speedup"] / predicted,
-                "optimal_k": best,
-            }
-        )
-    return rows
+def _series_rows(rows: pd.DataFrame) -> list[dict]:
+    """predicted_vs_measured rows of one drafting series (one method on one condition)."""
+    rows = rows[rows.c.notna() & rows.alpha.notna()].sort_values("k")
+    if rows.empty:
+        return []
+    costs = {int(k): float(s) for k, s in zip(rows.k, rows.scoring_cost, strict=True)}
+    alpha, c = float(rows.alpha.mean()), float(rows.c.mean())
+    best = optimal_k(alpha, c, costs)
+    out = []
+    for r in rows.itertuples(index=False):
+        predicted = expected_speedup(r.alpha, r.k, r.c, r.scoring_cost)
+        free = expected_speedup(r.alpha, r.k, r.c, 1.0)
+        out.append({
+            "k": int(r.k), "alpha": r.alpha, "c": r.c, "scoring_cost": r.scoring_cost,
+            "predicted": predicted, "predicted_free_scoring": free,
+            "measured": r.speedup, "measured_low": r.speedup_low, "measured_high": r.speedup_high,
+            "interval": r.speedup_interval, "ratio": r.speedup / predicted, "optimal_k": best,
+        })  # fmt: skip
+    return out
 
 
 def predicted_vs_measured(records: pd.DataFrame) -> pd.DataFrame:
-    """Per (task, sampling, k): Thm 3.8 speedup from pooled alpha, c and s(K) vs the median."""
-    pairs = paired_speedups(records)
+    """Per drafting series and K: Thm 3.8 from the run's alpha, c and s(K) vs the measured
+    speedup (all from `summary`, so from `specbench.stats`)."""
+    table = summary(records)
+    if "speedup" not in table or "c" not in table:
+        return pd.DataFrame()
+    table = table[table.speedup.notna()]
+    keys = [c for c in SERIES if c in table]
     rows = []
-    for (task, sampling), frame in records.groupby(["task", "sampling"], sort=True):
-        if not {SPS, AR} <= set(frame.method):
-            continue
-        mine = pairs[(pairs.task == task) & (pairs.sampling == sampling)]
-        rows += [{"task": task, "sampling": sampling} | r for r in _group_rows(frame, mine)]
+    for key, group in table.groupby(keys, sort=True, dropna=False):
+        named = dict(zip(keys, key, strict=True))
+        rows += [named | r for r in _series_rows(group)]
     return pd.DataFrame(rows)

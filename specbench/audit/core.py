@@ -1,6 +1,6 @@
 """The audit's two sides: many short continuations from a decoder, and the target's exact law.
 
-A decoder is audited on the first two tokens it emits after a fixed prefix. Speculative decoders
+A decoder is audited on the first two tokens it emits after a fixed prefix. Drafting decoders
 run K+1 tokens, because the drafted count is capped at the remaining budget minus one: with
 K+1 the first block drafts the full K, so its accept, residual and bonus paths all feed the two
 tested positions. The exact law comes from the target's own uncached forward passes.
@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import torch
 
-from ..decoding import GenerationResult, autoregressive_generate, speculative_generate
 from ..decoding.common import model_device
-from ..decoding.hf import hf_generate
+from ..methods import DecodeOptions, Generate, Method, Models
 from ..sampling import SamplingParams, logits_to_probs
 
 POSITIONS = 2  # tested positions: the first token, the second given the first
@@ -26,32 +24,20 @@ ENDED = -2  # token id recorded for a position after the generation ended (EOS)
 
 @dataclass(frozen=True)
 class AuditedDecoder:
-    """One method under audit: a generate call on a fixed pair, its budget, its seeding."""
+    """One method under audit: a bound generate call, its budget, its seeding."""
 
-    generate: Callable[..., GenerationResult]  # (ids, *, max_new_tokens, sampling, generator, ...)
+    generate: Generate  # (ids, max_new_tokens, generator) -> GenerationResult
     max_new_tokens: int
     seed_per_call: bool  # transformers samples from the global RNG: a fresh seed for each call
 
 
 def audited_decoder(
-    name: str, target: torch.nn.Module, draft: torch.nn.Module | None, k: int
+    entry: Method, cfg, models: Models, sampling: SamplingParams, vocab_size: int
 ) -> AuditedDecoder:
-    """The decoder `name` (a key of the registry below) on this pair at K drafts per block."""
-    registry: dict[str, Callable[[], AuditedDecoder]] = {
-        "speculative": lambda: AuditedDecoder(
-            partial(speculative_generate, target, draft, k=k), k + 1, False
-        ),
-        "hf_assisted": lambda: AuditedDecoder(
-            partial(hf_generate, target, draft=draft, k=k), k + 1, True
-        ),
-        "autoregressive": lambda: AuditedDecoder(
-            partial(autoregressive_generate, target), POSITIONS, False
-        ),
-        "hf_generate": lambda: AuditedDecoder(partial(hf_generate, target), POSITIONS, True),
-    }
-    if name not in registry:
-        raise ValueError(f"cannot audit decoder {name!r}; choose one of {sorted(registry)}")
-    return registry[name]()
+    """The registry method `entry` with its config, bound to the pair for the audit."""
+    options = DecodeOptions(sampling, stop=None, vocab_size=vocab_size)
+    budget = entry.k(cfg) + 1 if entry.drafts else POSITIONS
+    return AuditedDecoder(entry.bind(cfg, models, options, None), budget, entry.global_rng)
 
 
 @dataclass
@@ -75,8 +61,6 @@ def draw_samples(
     decoder: AuditedDecoder,
     ids: torch.Tensor,
     n: int,
-    sampling: SamplingParams,
-    vocab_size: int,
     seed: int,
     progress: Callable[[int], None] = lambda _: None,
 ) -> Samples:
@@ -90,13 +74,7 @@ def draw_samples(
     for i in range(n):
         own = decoder.seed_per_call
         gen = torch.Generator(device).manual_seed(int(seeds[i])) if own else shared
-        res = decoder.generate(
-            ids,
-            max_new_tokens=decoder.max_new_tokens,
-            sampling=sampling,
-            generator=gen,
-            vocab_size=vocab_size,
-        )
+        res = decoder.generate(ids, decoder.max_new_tokens, gen)
         if not res.tokens:
             raise RuntimeError("the decoder returned no token; the audit needs at least one")
         # transformers stops at the model's EOS even without a stop condition: no second token

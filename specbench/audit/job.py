@@ -18,9 +18,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..config import USES_DRAFT, AuditConfig
+from ..config import AuditConfig
 from ..decoding import pair_vocab_size
 from ..decoding.common import head_width
+from ..methods import Models, method
 from ..records import AUDIT, AUDIT_SAMPLES, AUDIT_TOKENS, write_job
 from ..sampling import SamplingParams
 from .checks import REST, CheckSettings, conclude, prefix_tests
@@ -43,10 +44,6 @@ def audit_vocab(models: tuple, vocab_size: int) -> int:
     return min(vocab_size, head_width(target))
 
 
-def derive_seed(base: int, prefix_index: int) -> int:
-    return base * 1_000_003 + prefix_index * 1009
-
-
 def settings(audit: AuditConfig) -> CheckSettings:
     return CheckSettings(audit.top_m, audit.min_expected, audit.bootstrap)
 
@@ -63,7 +60,7 @@ def audit_samples(
 ) -> tuple[Samples, list[dict], list[dict]]:
     """Draw audit.num_samples continuations of ids (1, T) and test them against the target's
     exact laws: (samples, test rows, bucket rows). No Holm correction yet (see `conclude`)."""
-    samples = draw_samples(decoder, ids, audit.num_samples, sampling, vocab, seed, progress)
+    samples = draw_samples(decoder, ids, audit.num_samples, seed, progress)
     first_law = exact_first(target, ids, sampling, vocab)  # (V,)
     firsts = [int(t) for t in np.argsort(-first_law, kind="stable")[: audit.second_token_firsts]]
     firsts = [t for t in firsts if first_law[t] > 0]
@@ -80,10 +77,11 @@ def audit_prefix(prep, models: tuple, index: int, vocab: int, bar: tqdm) -> tupl
     job = prep.job
     ids = prep.tokenizer(prep.prompts[index].text, return_tensors="pt").input_ids
     ids = ids.to(job.backend.device)  # (1, T)
-    decoder = audited_decoder(job.decoder.name, *models, job.decoder.k)
-    seed = derive_seed(job.bench.seed, index)
+    entry, sampling = method(job.decoder.name), job.sampling.params()
+    decoder = audited_decoder(entry, job.decoder, Models(*models), sampling, vocab)
+    seed = job.bench.seed_for(index)
     samples, tests, tokens = audit_samples(
-        decoder, models[0], ids, job.sampling.params(), vocab, job.audit, seed, bar.update
+        decoder, models[0], ids, sampling, vocab, job.audit, seed, bar.update
     )
     key = {"prompt_id": prep.prompts[index].id, "prefix_tokens": ids.shape[1]}
     columns = zip(samples.seeds, samples.tokens, samples.accepted_first, strict=True)
@@ -102,21 +100,21 @@ def token_text(tokenizer, token: int) -> str:
 
 def run_audit(prep, models: tuple, job_dir: Path, shared: dict) -> dict[str, Any]:
     """The audit job: one decoder, every prefix; writes audit, audit_tokens and audit_samples."""
-    job = prep.job
-    uses_draft = job.decoder.name in USES_DRAFT
-    vocab = audit_vocab(models if uses_draft else (models[0], None), prep.vocab_size)
+    job, entry = prep.job, method(prep.job.decoder.name)
+    vocab = audit_vocab(models if entry.needs_draft else (models[0], None), prep.vocab_size)
     total = job.audit.num_samples * len(prep.prompts)
-    bar = tqdm(total=total, desc=f"audit {job.decoder.name} k={job.decoder.k}", unit="sample")
+    drafts = entry.k(job.decoder)
+    bar = tqdm(total=total, desc=f"audit {job.decoder.name} k={drafts}", unit="sample")
     samples, tests, tokens = [], [], []
     start = time.perf_counter()
     for index in range(len(prep.prompts)):
         s, t, k = audit_prefix(prep, models, index, vocab, bar)
         samples, tests, tokens = samples + s, tests + t, tokens + k
     bar.close()
-    method = {"method": job.decoder.name, "k": job.decoder.k if uses_draft else 0}
+    method_columns = {"method": job.decoder.name, "k": drafts}
     table, verdict = conclude(pd.DataFrame(tests), job.audit.alpha, job.audit.suspicious_alpha)
-    table = pd.DataFrame([shared | method | row for row in table.to_dict("records")])
-    token_rows = pd.DataFrame([shared | method | row for row in tokens])
+    table = pd.DataFrame([shared | method_columns | row for row in table.to_dict("records")])
+    token_rows = pd.DataFrame([shared | method_columns | row for row in tokens])
     token_rows["text"] = [token_text(prep.tokenizer, t) for t in token_rows.token]
     given = table.given.map(lambda t: "" if t == REST else token_text(prep.tokenizer, t))
     table["given_text"] = given
@@ -124,7 +122,7 @@ def run_audit(prep, models: tuple, job_dir: Path, shared: dict) -> dict[str, Any
     table["suspicious_alpha"] = job.audit.suspicious_alpha
     summary = audit_summary(table, pd.DataFrame(samples), verdict, job.audit)
     summary |= {"wall_s": time.perf_counter() - start, "pair_loads": shared["pair_loads"]}
-    sample_rows = pd.DataFrame([{"job": shared["job"]} | method | row for row in samples])
+    sample_rows = pd.DataFrame([{"job": shared["job"]} | method_columns | row for row in samples])
     tables = {AUDIT: table, AUDIT_TOKENS: token_rows, AUDIT_SAMPLES: sample_rows}
     write_job(job_dir, tables, summary)
     return summary

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-VERDICTS = ("pass", "suspicious", "biased")
-
 
 def top_tokens(probs: np.ndarray, m: int) -> np.ndarray:
     """Ids of the (at most) m most likely tokens with positive probability, most likely first."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,12 +82,6 @@ class StopCondition:
             raise ValueError("stop_strings need a tokenizer to decode the generated text")
         if any(not s for s in self.stop_strings):
             raise ValueError("stop strings must be non-empty")
-
-    @classmethod
-    def from_tokenizer(cls, tokenizer: Any, stop_strings: Sequence[str] = ()) -> StopCondition:
-        eos = tokenizer.eos_token_id
-        eos_ids = tuple(eos) if isinstance(eos, list | tuple) else (() if eos is None else (eos,))
-        return cls(eos_ids, tuple(stop_strings), tokenizer)
 
     def find(self, tokens: list[int], start: int) -> tuple[int, str] | None:
         """First stop among tokens[start:], as (length to keep, reason), or None."""
@@ -177,6 +171,7 @@ class Clock:
     """Splits wall time into named buckets; synchronises CUDA before every reading."""
 
     def __init__(self, device: torch.device) -> None:
+        self.device = device
         self._sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         self.buckets: dict[str, float] = {}
         self._sync()

@@ -88,7 +88,6 @@ def hf_generate(
     sampling: SamplingParams,
     generator: torch.Generator | None,
     stop: StopCondition | None = None,
-    vocab_size: int | None = None,
     draft: torch.nn.Module | None = None,
     k: int | None = None,
 ) -> GenerationResult:

@@ -8,7 +8,7 @@ next token is drawn as `verify` draws it (the residual at the first rejection, o
 token), so the per-iteration work matches; which token it is does not matter.
 
 Matching a timed run to its recording: each (prompt, repeat) is timed with a generator seeded by
-the job's seed policy, so the generator's seed names the run (see `runner.derive_seed`).
+the job's seed policy, so the generator's seed names the run (see `BenchConfig.seed_for`).
 Replay ignores EOS and stop strings (the trace decides the length). A run that stopped early is
 replayed to its recorded token count; the loop must not draft more tokens at an iteration than
 were recorded (same decoder.k and token budget), or it stops with a ReplayError. Where it drafts
@@ -29,8 +29,16 @@ from ..sampling import residual, sample
 from .common import GenerationResult, StopCondition
 from .speculative import speculative_generate
 
-TRACE_METHODS = ("speculative", "replay")  # methods whose iterations hold accepted counts
 ITERATIONS_FILE = "iterations.parquet"
+
+
+@dataclass
+class ReplayConfig(DecoderConfig):
+    """decoder=replay; k must be the recording's K (see README, Scale-out)."""
+
+    name: str = "replay"
+    trace: str = ""  # a results dir (experiment or job) or an iterations parquet file
+    trace_job: str = ""  # which job of a trace holding several (its folder name)
 
 
 class ReplayError(ValueError):
@@ -62,7 +70,7 @@ def trace_file(path: str | Path) -> Path:
     return found
 
 
-def _pick_job(frame: pd.DataFrame, cfg: DecoderConfig) -> pd.DataFrame:
+def _pick_job(frame: pd.DataFrame, cfg: ReplayConfig) -> pd.DataFrame:
     jobs = sorted(frame.job.unique()) if "job" in frame else []
     if cfg.trace_job:
         if cfg.trace_job not in jobs:
@@ -73,10 +81,10 @@ def _pick_job(frame: pd.DataFrame, cfg: DecoderConfig) -> pd.DataFrame:
     return frame
 
 
-def load_trace(cfg: DecoderConfig) -> dict[RunKey, list[Step]]:
+def load_trace(cfg: ReplayConfig) -> dict[RunKey, list[Step]]:
     """Recorded steps per (prompt_id, repeat), in iteration order; ConfigError if unusable."""
     frame = pd.read_parquet(trace_file(cfg.trace))
-    frame = _pick_job(frame[frame.method.isin(TRACE_METHODS)], cfg)
+    frame = _pick_job(frame, cfg)  # only our drafting methods write iterations
     if frame.empty:
         raise ConfigError(f"decoder.trace {cfg.trace}: no speculative iterations recorded")
     recorded_k = int(frame.k.max())
@@ -165,7 +173,7 @@ class Replay:
 
 
 def open_replay(
-    cfg: DecoderConfig,
+    cfg: ReplayConfig,
     prompt_ids: Iterable[str],
     repeats: int,
     seed_of: Callable[[int, int], int],

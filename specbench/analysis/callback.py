@@ -1,0 +1,43 @@
+"""Hydra callback: gather an experiment's job records when a run or a sweep ends, and report."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from ..records import AUDIT, RECORDS, SUMMARY, gather, gather_failures
+from .audit import verdict_table
+from .console import summary_table
+from .report import report
+
+log = logging.getLogger(__name__)
+
+
+class GatherCallback(Callback):
+    """Gathers complete jobs into results/<experiment>/, prints the summary, draws the report."""
+
+    def _gather(self, config: DictConfig) -> None:
+        experiment_dir = Path(config.results_dir) / config.experiment
+        if experiment_dir.is_dir():
+            gather_failures(experiment_dir)
+        if not any(experiment_dir.glob(f"*/{SUMMARY}")):
+            return
+        tables = gather(experiment_dir)
+        if RECORDS in tables:
+            print(f"\n{config.experiment}: {len(tables[RECORDS])} rows in {experiment_dir}")
+            print(summary_table(tables[RECORDS]))
+        if AUDIT in tables:
+            print(f"\n{config.experiment}: exactness audit in {experiment_dir}")
+            print(verdict_table(tables[AUDIT]).to_string(index=False))
+        written = report(experiment_dir)
+        log.info("figures and tables: %d files under %s", len(written), experiment_dir)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._gather(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._gather(config)
