@@ -61,6 +61,7 @@ CASES = [
     ),
     ("results dir not writable", ["results_dir={tmp}/a_file/results"], "set results_dir="),
     ("unknown decoder", ["decoder=no_such_decoder"], "choose one of: "),
+    ("prompt lookup ngram bounds", ["decoder=prompt_lookup", "decoder.min_ngram=4"], "min_ngram"),
 ]
 if not torch.cuda.is_available():  # a backend this torch cannot run: one line, before any work
     CASES.append(("cuda on a CPU-only torch", ["backend=cuda"], "needs a CUDA GPU"))

@@ -90,13 +90,19 @@ def hf_generate(
     stop: StopCondition | None = None,
     draft: torch.nn.Module | None = None,
     k: int | None = None,
+    ngram: int | None = None,
 ) -> GenerationResult:
-    """`target.generate(...)`, or with `assistant_model=draft` and a fixed K when draft is given."""
+    """`target.generate(...)`; with `assistant_model=draft` and a fixed K when draft is given;
+    with transformers' prompt lookup (K tokens after a match of up to `ngram` tokens) when
+    ngram is given."""
     check_inputs(input_ids, max_new_tokens)
     device = model_device(target)
-    if draft is not None and (k is None or k < 1):
+    drafting = draft is not None or ngram is not None
+    if drafting and (k is None or k < 1):
         raise ValueError(f"assisted generation needs k >= 1 draft tokens per iteration, got {k}")
     config = generation_config(sampling, max_new_tokens, stop)
+    if ngram is not None:
+        config.prompt_lookup_num_tokens, config.max_matching_ngram_size = k, ngram
     extra = {"assistant_model": draft} if draft is not None else {}
     if stop and stop.stop_strings:
         extra["tokenizer"] = stop.tokenizer

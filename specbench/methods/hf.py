@@ -41,3 +41,23 @@ def bind_assisted(cfg: HFAssistedConfig, models: Models, opt: DecodeOptions, _pr
         )  # fmt: skip
 
     return generate
+
+
+@dataclass
+class HFPromptLookupConfig(DecoderConfig):
+    """transformers' prompt lookup: k tokens after a match of up to max_ngram tokens."""
+
+    name: str = "hf_prompt_lookup"
+    max_ngram: int = 3  # max_matching_ngram_size
+
+
+def bind_prompt_lookup(
+    cfg: HFPromptLookupConfig, models: Models, opt: DecodeOptions, _prep
+) -> Generate:
+    def generate(ids, max_new_tokens, generator):
+        return hf_generate(
+            models.target, ids, max_new_tokens=max_new_tokens, sampling=opt.sampling,
+            generator=generator, stop=opt.stop, k=cfg.k, ngram=cfg.max_ngram,
+        )  # fmt: skip
+
+    return generate

@@ -10,7 +10,7 @@ import pandas as pd
 from hydra.core.config_store import ConfigStore
 
 from ..config import ConfigError, SpecBenchConfig
-from . import autoregressive, hf, replay, speculative
+from . import autoregressive, hf, prompt_lookup, replay, speculative
 from .base import Method
 
 METHODS: dict[str, Method] = {
@@ -25,6 +25,10 @@ METHODS: dict[str, Method] = {
                drafts=True, global_rng=True, baseline="autoregressive"),
         Method("replay", replay.ReplayConfig, replay.bind, needs_draft=True, drafts=True,
                auditable=False, baseline="autoregressive", prepare=replay.prepare),
+        Method("prompt_lookup", prompt_lookup.PromptLookupConfig, prompt_lookup.bind,
+               drafts=True, baseline="autoregressive", compare_with="hf_prompt_lookup"),
+        Method("hf_prompt_lookup", hf.HFPromptLookupConfig, hf.bind_prompt_lookup, drafts=True,
+               global_rng=True, baseline="autoregressive"),
     )
 }  # fmt: skip
 
