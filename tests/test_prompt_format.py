@@ -8,8 +8,9 @@ from conftest import run_cli
 
 from specbench.config import ConfigError, ModelConfig, TaskConfig
 from specbench.decoding import GenerationResult
+from specbench.methods import METHODS
 from specbench.models import check_eos, eos_token_ids
-from specbench.runner import cut_at_eos, prepare, result_row, to_config
+from specbench.runner import cut_at_eos, job_columns, prepare, result_row, to_config
 from specbench.tasks import format_prompts
 from specbench.tasks import humaneval as he
 from specbench.tasks.chat import ChatTurn, chat_text, extract_code, sanitize
@@ -124,7 +125,7 @@ def test_fixed_length_completion_is_cut_at_eos(compose_cfg):
     encode, decode = prep.tokenizer.encode, prep.tokenizer.decode
     tokens = encode("hi") + [120] + encode("yo") + [257]
     res = GenerationResult(tokens=tokens, wall_s=1.0, target_calls=len(tokens))
-    row = result_row(prep, "autoregressive", prep.prompts[0], 0, 0, res)
+    row = result_row(prep, METHODS["autoregressive"], prep.prompts[0], 0, 0, res)
     assert row["completion"] == "hi" and row["completion_raw"] == f"hi{decode([120])}yo<eos>"
     assert row["new_tokens"] == 6
 
@@ -152,3 +153,10 @@ def test_real_tokenizer_ends_on_endoftext_and_has_a_chat_template(compose_cfg):
     assert text.startswith("<|im_start|>") and text.endswith(
         "<|im_start|>assistant\n" + he.CHAT_REPLY
     )
+
+
+def test_rows_say_how_they_were_prompted(compose_cfg):
+    """A gathered table of chat and raw runs splits on a column, not on job names."""
+    for fmt in ("raw", "chat"):
+        job = to_config(compose_cfg([f"task.prompt_format={fmt}"]))
+        assert job_columns(job, "job", False)["prompt_format"] == fmt

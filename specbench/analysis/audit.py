@@ -69,7 +69,7 @@ def _draw_test(ax: Axes, test, buckets: pd.DataFrame) -> None:
     n = test.n
     low, high = binomial_range(rows.exact, n)  # exact-sampling noise at this n
     ax.bar(x - 0.2, rows.exact, 0.4, color="0.7", label="exact (target forward)")
-    err = [rows.exact - low, high - rows.exact]
+    err = np.clip([rows.exact - low, high - rows.exact], 0, None)  # float error at p ~ 0, 1
     ax.errorbar(x - 0.2, rows.exact, yerr=err, fmt="none", ecolor="0.3", capsize=2)
     ax.bar(x + 0.2, rows.empirical, 0.4, color="C0", label=f"sampled, n = {n}")
     labels = [_label(t, i) for t, i in zip(rows.text, rows.token, strict=True)]

@@ -35,7 +35,8 @@ def pair_caption(records: pd.DataFrame) -> str:
     """'target X / draft Y | device (CPU kind) | dtype' of the records."""
     drafts = records[records.draft_calls > 0] if "draft_calls" in records else records
     pair = f"target {_unique(records, 'target')} / draft {_unique(drafts, 'draft')}"
-    device = f"{_unique(records, 'device_name')} ({_unique(records, 'cpu_kind')})"
+    kind = _unique(records, "cpu_kind") if "cpu_kind" in records else "CPU kind unrecorded"
+    device = f"{_unique(records, 'device_name')} ({kind})"
     return " | ".join([pair, device, _unique(records, "dtype")])
 
 
@@ -62,7 +63,7 @@ def _grid(n: int, width: float = 4.3, height: float = 3.4) -> tuple[Figure, list
 
 def _finish(fig: Figure, title: str, text: str) -> Figure:
     """Title on top, caption at the bottom, panels laid out between them."""
-    fig.suptitle(title)
+    fig.suptitle("\n".join(textwrap.wrap(title, max(30, int(fig.get_figwidth() * 9)))))
     width = max(40, int(fig.get_figwidth() * 14))  # ~14 characters per inch at 8 pt
     wrapped = "\n".join(textwrap.wrap(text, width, break_long_words=False))
     fig.text(0.5, 0.01, wrapped, ha="center", va="bottom", fontsize=8, color="0.3")

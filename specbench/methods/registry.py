@@ -82,11 +82,13 @@ def register_configs(store: ConfigStore | None = None) -> None:
 
 
 def annotate(records: pd.DataFrame) -> pd.DataFrame:
-    """Records with `paired_with` (each row's baseline) filled in where older runs lack it."""
-    if "paired_with" in records and records.paired_with.notna().all():
-        return records
+    """Records as today's runner writes them, from older runs too: `paired_with` (each row's
+    baseline) filled in, and k = 0 on rows of methods that do not draft (older runs wrote the
+    job's K on every row)."""
     known = {name: m.baseline or "" for name, m in METHODS.items()}
     filled = records.method.map(known).fillna("")
     if "paired_with" in records:
         filled = records.paired_with.fillna(filled)
-    return records.assign(paired_with=filled)
+    drafts = records.method.map({name: m.drafts for name, m in METHODS.items()})
+    k = records.k.where(drafts.fillna(True).astype(bool), 0) if "k" in records else None
+    return records.assign(paired_with=filled, **({"k": k} if k is not None else {}))
