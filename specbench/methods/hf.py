@@ -23,24 +23,24 @@ class HFAssistedConfig(DecoderConfig):
     name: str = "hf_assisted"
 
 
-def bind_generate(cfg: HFGenerateConfig, models: Models, opt: DecodeOptions, _prep) -> Generate:
+def _bind(models: Models, opt: DecodeOptions, **extra) -> Generate:
+    """transformers' generate on the target with the job's options and `extra` arguments."""
+
     def generate(ids, max_new_tokens, generator):
         return hf_generate(
             models.target, ids, max_new_tokens=max_new_tokens, sampling=opt.sampling,
-            generator=generator, stop=opt.stop,
+            generator=generator, stop=opt.stop, **extra,
         )  # fmt: skip
 
     return generate
+
+
+def bind_generate(cfg: HFGenerateConfig, models: Models, opt: DecodeOptions, _prep) -> Generate:
+    return _bind(models, opt)
 
 
 def bind_assisted(cfg: HFAssistedConfig, models: Models, opt: DecodeOptions, _prep) -> Generate:
-    def generate(ids, max_new_tokens, generator):
-        return hf_generate(
-            models.target, ids, max_new_tokens=max_new_tokens, sampling=opt.sampling,
-            generator=generator, stop=opt.stop, draft=models.draft, k=cfg.k,
-        )  # fmt: skip
-
-    return generate
+    return _bind(models, opt, draft=models.draft, k=cfg.k)
 
 
 @dataclass
@@ -54,10 +54,4 @@ class HFPromptLookupConfig(DecoderConfig):
 def bind_prompt_lookup(
     cfg: HFPromptLookupConfig, models: Models, opt: DecodeOptions, _prep
 ) -> Generate:
-    def generate(ids, max_new_tokens, generator):
-        return hf_generate(
-            models.target, ids, max_new_tokens=max_new_tokens, sampling=opt.sampling,
-            generator=generator, stop=opt.stop, k=cfg.k, ngram=cfg.max_ngram,
-        )  # fmt: skip
-
-    return generate
+    return _bind(models, opt, k=cfg.k, ngram=cfg.max_ngram)
