@@ -25,7 +25,8 @@ MODEL_LOADERS = ("tiny", "hf", "packaged", "shape")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "mps")
 TRACKING_MODES = ("disabled", "offline", "online")
-JOB_KINDS = ("time", "audit", "profile")  # bench.kind: timing, exactness audit, scoring profile
+# bench.kind: timing, exactness audit, scoring profile, calibration (predicted speedup per K)
+JOB_KINDS = ("time", "audit", "profile", "calibrate")
 PROMPT_FORMATS = ("raw", "chat")
 QUANTIZE = ("none", "int8", "int4")  # specbench.quantize: weight-only linears, CPU kernels
 
@@ -100,7 +101,12 @@ class BackendConfig:
     device: str = "cpu"
     dtype: str = "float32"
     attn_implementation: str = "sdpa"
-    compile: bool = False  # torch.compile decode steps (implies static_cache); for GPUs
+    compile: bool = False  # torch.compile decode steps (implies static_cache); GPU: CUDA
+    # graphs; CPU: inductor freezing + CPP GEMM templates (specbench.kernels), cached on disk
+    prompt_fp32: bool = False  # prompt-width matmuls in fp32 (CPUs without native bf16: AVX2)
+    # cpu_auto: compile + static_cache + prompt_fp32 are set at start from a measured eager
+    # bf16 micro-benchmark (specbench.kernels.auto_compile, cached per CPU), recorded in rows
+    auto_kernels: bool = False
     static_cache: bool = False  # preallocated KV cache, rollback by position (gpt-fast style)
     device_map: str | None = None  # the target only: "auto" spreads it over GPUs (accelerate)
     tp_plan: str | None = None  # the target only: "auto" = transformers tensor parallel (torchrun)
@@ -111,6 +117,10 @@ class BackendConfig:
         _require(self.dtype in DTYPES, f"backend.dtype must be one of {DTYPES}, got {self.dtype}")
         _require(
             self.num_threads is None or self.num_threads >= 1, "backend.num_threads must be >= 1"
+        )
+        _require(
+            not self.auto_kernels or self.device == "cpu",
+            "backend.auto_kernels chooses CPU kernels: use it with backend.device=cpu",
         )
         _require(
             self.device_map is None or self.tp_plan is None,
@@ -198,8 +208,10 @@ class BenchConfig:
     # completion cut at the task's first stop string.
     fixed_length: bool = False
     # time: interleaved timing; audit: exactness audit of the decoder; profile: forward
-    # latency of both models for q = 1..profile.max_q new tokens (is scoring K+1 cheap?)
+    # latency of both models for q = 1..profile.max_q new tokens (is scoring K+1 cheap?);
+    # calibrate: s(K), c, alpha and Thm 3.8's predicted speedup for K = 1..profile.max_k
     kind: str = "time"
+    calibrate: bool = False  # time: predict the speedup first and say so when it is below 1
     # "i/n": this job runs the i-th of n contiguous blocks of the num_prompts prompts (0-based),
     # so a long run can be done in parts (-m bench.shard=0/4,1/4,2/4,3/4) and gathered as one.
     shard: str | None = None
@@ -260,12 +272,21 @@ class AuditConfig:
 
 @dataclass
 class ProfileConfig:
-    """Scoring profile (bench.kind=profile): forward latency for q = 1..max_q new tokens."""
+    """Scoring profile (bench.kind=profile): forward latency for q = 1..max_q new tokens;
+    calibration (bench.kind=calibrate, or bench.calibrate before timing): the same costs with the
+    backend's kernels, alpha from a short speculative run, predictions for K = 1..max_k."""
 
     max_q: int = 16
+    max_k: int = 8  # calibration: predict K = 1..max_k (compiled widths past decoder.k+1 are
+    # extrapolated linearly, not compiled)
+    alpha_prompts: int = 2  # calibration: prompts of the short speculative run behind alpha
+    alpha_tokens: int = 32  # calibration: new tokens per prompt of that run
 
     def __post_init__(self) -> None:
         _require(self.max_q >= 1, f"profile.max_q must be >= 1, got {self.max_q}")
+        _require(self.max_k >= 1, f"profile.max_k must be >= 1, got {self.max_k}")
+        _require(self.alpha_prompts >= 1, "profile.alpha_prompts must be >= 1")
+        _require(self.alpha_tokens >= 2, "profile.alpha_tokens must be >= 2")
 
 
 @dataclass

@@ -12,6 +12,7 @@ import torch
 
 from .config import BackendConfig, ConfigError, ModelConfig
 from .draft_vocab import narrow_vocab
+from .kernels import prompt_fp32
 from .packaged import PACKAGED, locate_parts, lookup, materialize
 from .quantize import quantize_linears
 from .shapes import lookup_shape, shape_model
@@ -164,7 +165,8 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     if cfg.draft_vocab is not None:
         tokenizer = load_tokenizer(cfg, cfg.torch_dtype_name(backend.dtype))
         model = narrow_vocab(model, tokenizer, cfg.draft_vocab)
-    return quantize_linears(model, cfg.quantize).eval()
+    model = quantize_linears(model, cfg.quantize)
+    return (prompt_fp32(model) if backend.prompt_fp32 else model).eval()
 
 
 def check_tokenizers(target_tok: Any, draft_tok: Any) -> int:

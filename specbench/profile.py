@@ -11,16 +11,24 @@ from pathlib import Path
 
 import torch
 
-from .decoding.common import CachedLM, Clock, head_width, model_device
+from .decoding.common import CachedLM, Clock, head_width, model_device, static_cache_len
 
 
 @torch.inference_mode()
 def profile_model(
-    model: torch.nn.Module, prefix: torch.Tensor, max_q: int, repeats: int
+    model: torch.nn.Module,
+    prefix: torch.Tensor,
+    max_q: int,
+    repeats: int,
+    compile: bool = False,
+    max_len: int | None = None,
 ) -> list[dict]:
-    """Rows (q, repeat, ms): one forward of q tokens after a cached prefix, then cropped back."""
+    """Rows (q, repeat, ms): one forward of q tokens after a cached prefix, then cropped back,
+    through the backend's path when asked (a static cache of max_len positions; compiled)."""
     device = model_device(model)
-    lm = CachedLM(model)
+    if compile and max_len is None:
+        max_len = static_cache_len(prefix.shape[1] + max_q)
+    lm = CachedLM(model, max_len=max_len, compile=compile)
     lm.forward(prefix.to(device), keep=1)  # the cached prefix (untimed)
     vocab = head_width(model)
     new = torch.randint(0, vocab, (1, max_q), generator=torch.Generator().manual_seed(0))
@@ -50,7 +58,11 @@ def run_profile(prep, models: tuple, job_dir: Path, shared: dict) -> dict:
     rows = []
     for role, model in zip(("target", "draft"), models, strict=True):
         if model is not None:
-            for row in profile_model(model, prefix, job.profile.max_q, job.bench.repeats):
+            cached = job.backend.static_cache or job.backend.compile
+            max_len = static_cache_len(prefix.shape[1] + job.profile.max_q) if cached else None
+            for row in profile_model(
+                model, prefix, job.profile.max_q, job.bench.repeats, job.backend.compile, max_len
+            ):
                 rows.append(shared | {"model": role, "prefix_tokens": prefix.shape[1]} | row)
     table = pd.DataFrame(rows)
     ms_at_1 = table[table.q == 1].groupby("model").ms.median()

@@ -21,10 +21,11 @@ FAILURES = "failures.csv"  # gathered: one row per job whose last attempt failed
 RECORDS = "records.parquet"  # one row per (prompt x repeat x method)
 ITERATIONS = "iterations.parquet"  # one row per speculative iteration
 PROFILE = "scoring_profile.parquet"  # one row per (model x q x repeat) of a scoring profile
+CALIBRATION = "calibration.parquet"  # one row per K of a calibration: s(K), c, alpha, prediction
 AUDIT = "audit.parquet"  # one row per exactness test (job x prefix x position x given token)
 AUDIT_TOKENS = "audit_tokens.parquet"  # one row per tested bucket: exact vs empirical probability
 AUDIT_SAMPLES = "audit_samples.parquet"  # one row per audited continuation (its first two tokens)
-TABLES = (RECORDS, ITERATIONS, PROFILE, AUDIT, AUDIT_TOKENS, AUDIT_SAMPLES)
+TABLES = (RECORDS, ITERATIONS, PROFILE, CALIBRATION, AUDIT, AUDIT_TOKENS, AUDIT_SAMPLES)
 
 
 def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,11 @@ from tqdm.auto import tqdm
 
 from . import stats
 from .audit import run_audit
+from .calibrate import SPECULATIVE, forecast
 from .config import ConfigError, SpecBenchConfig
 from .decoding import GenerationResult, StopCondition
+from .decoding.common import static_cache_len, warm_compiled
+from .kernels import auto_compile
 from .methods import (
     DecodeOptions,
     Generate,
@@ -46,7 +50,16 @@ from .models import (
 )
 from .profile import run_profile
 from .provenance import provenance
-from .records import AUDIT, ITERATIONS, PROFILE, RECORDS, job_done, write_job, write_text
+from .records import (
+    AUDIT,
+    CALIBRATION,
+    ITERATIONS,
+    PROFILE,
+    RECORDS,
+    job_done,
+    write_job,
+    write_text,
+)
 from .tasks import Prompt, Scorer, format_prompts, load_prompts, scorer
 from .tracking import track
 
@@ -161,17 +174,24 @@ def generate(
     return bind(prep, models, method(name))(ids, n, gen)
 
 
+def encode(prep: Prepared) -> list[torch.Tensor]:
+    """The job's prompts as (1, T) ids on the backend's device."""
+    device = prep.job.backend.device
+    return [prep.tokenizer(p.text, return_tensors="pt").input_ids.to(device) for p in prep.prompts]
+
+
 def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
-    """Warm up, then time every method on every prompt x repeat; rows for both tables."""
+    """Warm up (and calibrate, with bench.calibrate), then time every method on every prompt x
+    repeat; rows for both tables."""
     job, device = prep.job, prep.job.backend.device
     bound = bind_methods(prep, models)
-    encoded = [
-        prep.tokenizer(p.text, return_tensors="pt").input_ids.to(device) for p in prep.prompts
-    ]
+    encoded = encode(prep)
+    warm_kernels(prep, models, encoded)
     for _ in range(job.bench.warmup):
         for generate in bound.values():
             gen = torch.Generator(device).manual_seed(job.bench.seed)
             generate(encoded[0], min(job.max_new_tokens, 16), gen)
+    predicted = calibrate_first(prep, models, bound, encoded)
     rows: list[dict] = []
     iterations: list[dict] = []
     cells = [(i, r) for i in range(len(prep.prompts)) for r in range(job.bench.repeats)]
@@ -182,10 +202,51 @@ def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
         for entry in order:
             gen = torch.Generator(device).manual_seed(seed)
             res = bound[entry.name](encoded[i], job.max_new_tokens, gen)
-            rows.append(result_row(prep, entry, prep.prompts[i], repeat, seed, res))
+            rows.append(result_row(prep, entry, prep.prompts[i], repeat, seed, res) | predicted)
             iterations += iteration_rows(rows[-1], res)
         bar.set_postfix_str(progress_text(rows))
     return rows, iterations
+
+
+def calibrate_first(
+    prep: Prepared, models: tuple, bound: dict[str, Generate], encoded: list[torch.Tensor]
+) -> dict[str, Any]:
+    """bench.calibrate: the predicted speedup (logged before timing starts) as row columns."""
+    if not prep.job.bench.calibrate or SPECULATIVE not in bound or models[1] is None:
+        return {}
+    result = forecast(prep, models, bound[SPECULATIVE], encoded)
+    result.pop("rows")
+    return result
+
+
+def run_calibrate(prep: Prepared, models: tuple, job_dir: Path, shared: dict) -> dict:
+    """The calibrate job: the forecast for the job's pair and kernels, in its own table."""
+    if models[1] is None:
+        raise ConfigError("bench.kind=calibrate needs a draft model (decoder=speculative)")
+    encoded = encode(prep)
+    warm_kernels(prep, models, encoded)
+    result = forecast(prep, models, bind(prep, models, method(SPECULATIVE)), encoded)
+    table = pd.DataFrame([shared | row for row in result.pop("rows")])
+    write_job(job_dir, {CALIBRATION: table}, result | {"finished": time.time()})
+    return result
+
+
+def warm_kernels(prep: Prepared, models: tuple, encoded: list[torch.Tensor]) -> None:
+    """backend.compile: every decode graph the job calls is compiled before any clock starts
+    (target: 1..K+1 new tokens, draft: 1-2, at each static cache length the prompts need)."""
+    job = prep.job
+    if not job.backend.compile:
+        return
+    k, n = job.decoder.k, job.max_new_tokens
+    lens = {static_cache_len(e.shape[1] + n + extra) for e in encoded for extra in (0, k + 1)}
+    log.info(
+        "compiling decode graphs (target 1..%d tokens, draft 1-2, %d cache lengths): minutes "
+        "the first time on a CPU, seconds once cached", k + 1, len(lens),
+    )  # fmt: skip
+    target, draft = models
+    warm_compiled(target, lens, [(w, w) for w in range(1, k + 2)])
+    if draft is not None:
+        warm_compiled(draft, lens, [(1, 1), (2, 1)])
 
 
 def score_rows(prep: Prepared, rows: list[dict]) -> None:
@@ -270,6 +331,8 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "target": job.target.name,
         "draft": job.draft.name if uses_draft else "",
         "backend": job.backend.name,
+        "compiled": job.backend.compile,
+        "prompt_fp32": job.backend.prompt_fp32,
         "device": job.backend.device,
         "dtype": job.target.torch_dtype_name(job.backend.dtype),
         "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",
@@ -291,6 +354,23 @@ def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) ->
     return summary
 
 
+def resolve_kernels(prep: Prepared) -> Prepared:
+    """backend.auto_kernels (cpu_auto): compile or not, from this CPU's measured eager scoring
+    cost; the job (and so its rows' compiled / prompt_fp32 columns) carries the choice."""
+    backend = prep.job.backend
+    if not backend.auto_kernels:
+        return prep
+    from .packaged import cache_root
+
+    compiled, ratio = auto_compile(prep.job.decoder.k, cache_root() / "kernels.json")
+    log.info(
+        "cpu_auto: an eager bf16 linear's T(K+1)/T(1) is %.2f on this CPU: %s", ratio,
+        "compiled decode calls and fp32 prompts" if compiled else "eager kernels",
+    )  # fmt: skip
+    chosen = replace(backend, compile=compiled, static_cache=compiled, prompt_fp32=compiled)
+    return replace(prep, job=replace(prep.job, backend=chosen))
+
+
 @dataclass(frozen=True)
 class JobKind:
     """What a job of one kind runs, and the table it logs to the tracker."""
@@ -303,6 +383,7 @@ KINDS: dict[str, JobKind] = {  # keyed by bench.kind
     "time": JobKind(time_decoders, RECORDS),
     "profile": JobKind(run_profile, PROFILE),
     "audit": JobKind(run_audit, AUDIT),
+    "calibrate": JobKind(run_calibrate, CALIBRATION),
 }
 
 
@@ -315,6 +396,8 @@ def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[st
     prep = prepare(job)
     if job.backend.num_threads:
         torch.set_num_threads(job.backend.num_threads)
+    prep = resolve_kernels(prep)
+    job = prep.job
     # backend.compile: decoding.common.compiled_call sets dynamo up, inside every CachedLM.
     models = pool.get(job.target, job.draft if prep.uses_draft else None, job.backend)
     shared = job_columns(job, job_id, prep.uses_draft) | provenance(job.backend.device)
@@ -340,4 +423,6 @@ def summarize(records: pd.DataFrame) -> dict[str, Any]:
         out[f"{prefix}speedup_median"] = float(row.speedup_median)
         out[f"{prefix}acceptance_rate"] = stats.acceptance_rate(mine)
         out[f"{prefix}alpha_mean"] = stats.alpha(mine)
+    if "predicted_speedup" in records:  # bench.calibrate: the forecast made before timing
+        out["predicted_speedup"] = float(records.predicted_speedup.iloc[0])
     return out

@@ -9,10 +9,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ..records import AUDIT, RECORDS, SUMMARY, gather, gather_failures
+from ..records import AUDIT, CALIBRATION, RECORDS, SUMMARY, gather, gather_failures
 from .audit import verdict_table
 from .console import summary_table
-from .report import report
+from .report import calibration_table, report
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,9 @@ class GatherCallback(Callback):
         if AUDIT in tables:
             print(f"\n{config.experiment}: exactness audit in {experiment_dir}")
             print(verdict_table(tables[AUDIT]).to_string(index=False))
+        if CALIBRATION in tables:
+            print(f"\n{config.experiment}: predicted speedup per K in {experiment_dir}")
+            print(calibration_table(tables[CALIBRATION]).to_string(index=False))
         written = report(experiment_dir)
         log.info("figures and tables: %d files under %s", len(written), experiment_dir)
 

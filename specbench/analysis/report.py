@@ -17,6 +17,7 @@ from .. import stats
 from ..records import (
     AUDIT,
     AUDIT_TOKENS,
+    CALIBRATION,
     ITERATIONS,
     PROFILE,
     RECORDS,
@@ -139,6 +140,27 @@ def write_audit(experiment_dir: Path) -> list[Path]:
     return written + save_figure(audit_figure(tests, tokens), experiment_dir / "figures" / "audit")
 
 
+CALIBRATION_COLUMNS = [
+    "cpu_kind", "backend", "task", "sampling", "k", "target_step_ms", "scoring_cost",
+    "scoring_measured", "c", "alpha", "decode_speedup", "predicted_speedup",
+]  # fmt: skip
+
+
+def calibration_table(calibration: pd.DataFrame) -> pd.DataFrame:
+    """The calibration's predictions per K, the columns a reader needs, rounded."""
+    return calibration[stats.present(calibration, CALIBRATION_COLUMNS)].round(3)
+
+
+def write_calibration(experiment_dir: Path) -> list[Path]:
+    """calibration.{csv,md} when the experiment has a calibration.parquet."""
+    if not (experiment_dir / CALIBRATION).is_file():
+        return []
+    table = calibration_table(pd.read_parquet(experiment_dir / CALIBRATION))
+    write_table(experiment_dir / "calibration.csv", table)
+    write_text(experiment_dir / "calibration.md", to_markdown(table) + "\n")
+    return [experiment_dir / "calibration.csv", experiment_dir / "calibration.md"]
+
+
 def report(experiment_dir: Path) -> list[Path]:
     """Write tables into experiment_dir and figures into experiment_dir/figures; list them.
 
@@ -147,16 +169,21 @@ def report(experiment_dir: Path) -> list[Path]:
     """
     experiment_dir = Path(experiment_dir)
     path = experiment_dir / RECORDS
-    own = [experiment_dir / name for name in (PROFILE, AUDIT)]
+    own = [experiment_dir / name for name in (PROFILE, AUDIT, CALIBRATION)]
     if not path.is_file() and not any(p.is_file() for p in own):
-        raise FileNotFoundError(f"none of {RECORDS}, {PROFILE}, {AUDIT} in {experiment_dir}")
+        names = ", ".join(p.name for p in [path, *own])
+        raise FileNotFoundError(f"none of {names} in {experiment_dir}")
     if not path.is_file():
-        log.info("no %s: drawing the scoring profile and audit only", path)
-        return write_profile_figure(None, experiment_dir) + write_audit(experiment_dir)
+        log.info("no %s: the scoring profile, audit and calibration only", path)
+        return (
+            write_profile_figure(None, experiment_dir)
+            + write_audit(experiment_dir)
+            + write_calibration(experiment_dir)
+        )
     records = pd.read_parquet(path)
     if records.empty:
         raise ValueError(f"{path} has no rows")
     written = write_tables(records, experiment_dir)
     written += write_figures(records, experiment_dir / "figures")
     written += write_profile_figure(records, experiment_dir)
-    return written + write_audit(experiment_dir)
+    return written + write_audit(experiment_dir) + write_calibration(experiment_dir)

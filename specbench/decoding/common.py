@@ -11,8 +11,12 @@ from typing import Any
 import torch
 from transformers import CompileConfig, DynamicCache, StaticCache
 
-# Fixed shapes per decode call; "reduce-overhead" captures CUDA graphs on GPU.
+from ..kernels import cpu_inductor, inductor_cache
+
+# Fixed shapes per decode call; "reduce-overhead" captures CUDA graphs on GPU. On CPU the default
+# mode, with kernels.INDUCTOR_CPU (freezing + CPP GEMM templates) patched in around each call.
 COMPILE_CONFIG = CompileConfig(fullgraph=True, dynamic=False, mode="reduce-overhead")
+CPU_COMPILE_CONFIG = CompileConfig(fullgraph=True, dynamic=False, mode=None)
 # Graphs dynamo may keep per code object. Every model's compiled __call__ is the same code
 # (nn.Module's), so target and draft share one cache: target T = 1..K+1 for each K swept, draft
 # T = 1..2, per model pair; dynamo's default of 8 fails at K = 4 (FailOnRecompileLimitHit).
@@ -25,7 +29,18 @@ def compiled_call(model: torch.nn.Module) -> Callable[..., Any]:
     compiled decoding, for the runner and the benchmark scripts alike (both through CachedLM)."""
     dynamo = torch._dynamo.config
     dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
-    return model.get_compiled_call(COMPILE_CONFIG)
+    if model_device(model).type != "cpu":
+        return model.get_compiled_call(COMPILE_CONFIG)
+    from ..packaged import cache_root  # here: the GPU benchmark's machine has no omegaconf
+
+    inductor_cache(cache_root())
+    step = model.get_compiled_call(CPU_COMPILE_CONFIG)
+
+    def cpu_step(**kwargs: Any) -> Any:
+        with cpu_inductor():
+            return step(**kwargs)
+
+    return cpu_step
 
 
 @dataclass
@@ -165,6 +180,21 @@ class CachedLM:
         if n_tokens > 0:
             self.cache.crop(-n_tokens)
             self.length -= n_tokens
+
+
+@torch.inference_mode()
+def warm_compiled(
+    model: torch.nn.Module, max_lens: set[int], widths: list[tuple[int, int]]
+) -> None:
+    """Compile (or load from the cache) every decode graph a job will call before any clock
+    starts: one per (new tokens, kept logits) in `widths` at each static cache length."""
+    ids = torch.zeros(1, max(w for w, _ in widths), dtype=torch.long, device=model_device(model))
+    for max_len in sorted(max_lens):
+        lm = CachedLM(model, None, max_len, compile=True)
+        lm.forward(ids[:, :1], keep=1)  # an eager prefill: decode calls need a cached prefix
+        for width, keep in widths:
+            lm.forward(ids[:, :width], keep=keep)
+            lm.rollback(width)
 
 
 class Clock:

@@ -1,0 +1,149 @@
+"""Calibration: predict speculative sampling's speedup on this machine before a long sweep.
+
+Measures the terms of Leviathan et al.'s Thm 3.8 with the job's own models and kernels: the
+target's cost of one cached call of 1..K+1 new tokens (s(K) = T(K+1) / T(1)), the draft's step
+(c = T_draft(1) / T(1)), alpha (the mean expected acceptance beta of a short speculative run) and
+both models' prefill of a prompt; then predicts the wall-clock speedup over the job's token budget
+for K = 1..profile.max_k:
+
+    AR  = P_target + N T(1)
+    SpS = P_target + P_draft + N / E[tokens per loop] * (K T_draft(1) + T(K+1))
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .analysis.theory import expected_speedup, expected_tokens_per_loop
+from .decoding.common import CachedLM, Clock, model_device, static_cache_len
+from .profile import profile_model
+
+log = logging.getLogger(__name__)
+SPECULATIVE = "speculative"  # the registry method whose loop is predicted
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured terms of the prediction (milliseconds; alpha in [0, 1])."""
+
+    target_ms: dict[int, float]  # q new tokens -> median ms of one cached target call
+    draft_ms: float  # one cached draft step
+    target_prefill_ms: float  # mean over the calibration prompts
+    draft_prefill_ms: float
+    alpha: float
+
+    def call_ms(self, q: int) -> tuple[float, bool]:
+        """T(q), measured or extrapolated linearly from the two widest measured calls."""
+        if q in self.target_ms:
+            return self.target_ms[q], True
+        top = max(self.target_ms)
+        below = self.target_ms.get(top - 1, self.target_ms[top])
+        return self.target_ms[top] + (q - top) * (self.target_ms[top] - below), False
+
+
+def predict(costs: Costs, k: int, tokens: int) -> dict[str, Any]:
+    """One K's prediction: s(K), c, the decode-only (Thm 3.8) and the wall-clock speedups."""
+    step, (scoring, measured) = costs.target_ms[1], costs.call_ms(k + 1)
+    s, c = scoring / step, costs.draft_ms / step
+    loops = tokens / float(expected_tokens_per_loop(costs.alpha, k))
+    autoregressive = costs.target_prefill_ms + tokens * step
+    speculative = (
+        costs.target_prefill_ms + costs.draft_prefill_ms + loops * (k * costs.draft_ms + scoring)
+    )
+    return {
+        "k": k, "target_step_ms": step, "draft_step_ms": costs.draft_ms, "scoring_cost": s,
+        "scoring_measured": measured, "c": c, "alpha": costs.alpha,
+        "decode_speedup": float(expected_speedup(costs.alpha, k, c, s)),
+        "predicted_speedup": autoregressive / speculative,
+    }  # fmt: skip
+
+
+def prefill_ms(model: torch.nn.Module, ids: torch.Tensor) -> float:
+    """One eager prefill of the prompt ids, in ms (a fresh dynamic cache)."""
+    lm = CachedLM(model)
+    clock = Clock(model_device(model))
+    with torch.inference_mode():
+        lm.forward(ids.to(model_device(model)), keep=1)
+    clock.lap("prefill")
+    return 1e3 * clock.total()
+
+
+def measure_costs(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> Costs:
+    """The terms for this job: step costs on the first prompt, prefill and alpha on the
+    calibration prompts (`generate` is the bound speculative method)."""
+    job, (target, draft) = prep.job, models
+    backend, profile = job.backend, job.profile
+    k = job.decoder.k
+    widest = k + 1 if backend.compile else profile.max_k + 1  # compiled: the warmed widths only
+    prefix = encoded[0]  # the cache length below is one runner.warm_kernels compiled
+    cached = backend.static_cache or backend.compile
+    max_len = static_cache_len(prefix.shape[1] + job.max_new_tokens + k + 1) if cached else None
+    rows = profile_model(target, prefix, widest, 3, backend.compile, max_len)
+    target_ms = {q: _median([r["ms"] for r in rows if r["q"] == q]) for q in range(1, widest + 1)}
+    draft_rows = profile_model(draft, prefix, 1, 3, backend.compile, max_len)
+    prompts = encoded[: profile.alpha_prompts]
+    betas: list[float] = []
+    for i, ids in enumerate(prompts):
+        gen = torch.Generator(model_device(target)).manual_seed(job.bench.seed_for(i))
+        betas += generate(ids, profile.alpha_tokens, gen).expected_acceptance
+    return Costs(
+        target_ms=target_ms,
+        draft_ms=_median([r["ms"] for r in draft_rows]),
+        target_prefill_ms=sum(prefill_ms(target, ids) for ids in prompts) / len(prompts),
+        draft_prefill_ms=sum(prefill_ms(draft, ids) for ids in prompts) / len(prompts),
+        alpha=sum(betas) / max(len(betas), 1),
+    )
+
+
+def verdict(rows: list[dict[str, Any]], k: int, backend: str) -> str:
+    """One plain paragraph: the prediction at the job's K, the best K, and what to try if < 1."""
+    at_k = next(r for r in rows if r["k"] == k)
+    best = max(rows, key=lambda r: r["predicted_speedup"])
+    text = (
+        f"calibration: predicted speedup {at_k['predicted_speedup']:.2f}x at K = {k} "
+        f"(alpha {at_k['alpha']:.2f}, c {at_k['c']:.2f}, s(K) {at_k['scoring_cost']:.2f}); "
+        f"best K = {best['k']} at {best['predicted_speedup']:.2f}x"
+    )
+    if at_k["predicted_speedup"] >= 1:
+        return text
+    why = (
+        f"scoring {k + 1} tokens costs {at_k['scoring_cost']:.1f} target steps"
+        if at_k["scoring_cost"] > 1.5
+        else f"a draft step costs {at_k['c']:.2f} target steps"
+    )
+    hint = (
+        "try backend=cpu_compiled (or cpu_auto)"
+        if backend not in ("cpu_compiled", "cpu_auto") and at_k["scoring_cost"] > 1.5
+        else "try a cheaper draft (model@draft=..._fast) or a smaller K"
+    )
+    return f"{text}. Speculative sampling is predicted SLOWER here: {why}; {hint}."
+
+
+def forecast(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> dict[str, Any]:
+    """Measure, predict for K = 1..max_k, log the verdict; the summary's calibration columns."""
+    job = prep.job
+    costs = measure_costs(prep, models, generate, encoded)
+    tokens = job.max_new_tokens
+    ks = sorted({*range(1, job.profile.max_k + 1), job.decoder.k})
+    rows = [predict(costs, k, tokens) for k in ks]
+    log.warning(verdict(rows, job.decoder.k, job.backend.name))
+    at_k = next(r for r in rows if r["k"] == job.decoder.k)
+    best = max(rows, key=lambda r: r["predicted_speedup"])
+    return {
+        "rows": rows,
+        "predicted_speedup": at_k["predicted_speedup"],
+        "predicted_best_k": best["k"],
+        "calibration_c": at_k["c"],
+        "calibration_alpha": costs.alpha,
+        "calibration_scoring_cost": at_k["scoring_cost"],
+        "target_step_ms": costs.target_ms[1],
+        "target_prefill_ms": costs.target_prefill_ms,
+    }
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]

@@ -1,0 +1,120 @@
+"""CPU kernels (issue 23): fp32 prompts, the compiled CPU decode path, and the calibration."""
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from conftest import run_cli
+
+from specbench import SamplingParams, autoregressive_generate, speculative_generate
+from specbench.calibrate import Costs, predict, verdict
+from specbench.kernels import PROMPT_ROWS, PromptFp32Linear, prompt_fp32
+from specbench.quantize import Int4Linear, WeightOnly, quantize_linears
+from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
+
+GREEDY = SamplingParams(0.0)
+
+
+@pytest.mark.parametrize("rows", [1, PROMPT_ROWS, PROMPT_ROWS + 1, 64])
+def test_prompt_fp32_linear(rows):
+    """Decode widths pass through unchanged; prompt widths equal an fp32 GEMM, cast back."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
+    x = torch.randn(1, rows, 64, dtype=torch.bfloat16)
+    out = PromptFp32Linear(linear)(x)
+    assert out.dtype == torch.bfloat16
+    if rows <= PROMPT_ROWS:
+        assert torch.equal(out, linear(x))
+    else:
+        ref = torch.nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float())
+        assert torch.equal(out, ref.to(torch.bfloat16))
+
+
+def test_prompt_fp32_wraps_weight_only_layers_on_their_dense_weight():
+    model = quantize_linears(tiny_model("qwen2", seed=3, hidden=64).to(torch.bfloat16), "int4")
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear | WeightOnly)]
+    prompt_fp32(model)
+    wrapped = [m for m in model.modules() if isinstance(m, PromptFp32Linear)]
+    assert [m.inner for m in wrapped] == layers
+    int4 = next(m for m in wrapped if isinstance(m.inner, Int4Linear))
+    assert int4.float_weight() is int4.inner.dense
+
+
+def test_prompt_fp32_model_greedy_matches_fp32_model():
+    """An fp32 model is untouched by the wrapper: greedy tokens are identical."""
+    target = tiny_model("qwen2", seed=1, std=0.5)
+    ids = byte_tokenizer()("def add(a, b):\n", return_tensors="pt").input_ids
+    common = dict(max_new_tokens=16, sampling=GREEDY, generator=None)
+    ref = autoregressive_generate(target, ids, **common)
+    assert autoregressive_generate(prompt_fp32(target), ids, **common).tokens == ref.tokens
+
+
+def test_compiled_cpu_path_freezes_weights_and_keeps_greedy_tokens(tmp_path, monkeypatch):
+    """backend.compile on CPU: inductor freezing + CPP GEMM templates; fp32 greedy through the
+    compiled calls is token-identical to eager, for AR and speculative sampling alike."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    target = tiny_model("qwen2", seed=1, std=0.5)
+    draft = perturbed_copy(target, noise=0.1, seed=2)
+    ids = byte_tokenizer()("def add(a, b):\n", return_tensors="pt").input_ids
+    common = dict(max_new_tokens=12, sampling=GREEDY, generator=None)
+    ref = autoregressive_generate(target, ids, **common)
+    ar = autoregressive_generate(target, ids, compile=True, **common)
+    sps = speculative_generate(target, draft, ids, k=2, compile=True, **common)
+    assert ar.tokens == sps.tokens == ref.tokens
+    code = "".join(p.read_text() for p in (tmp_path / "inductor").rglob("*.py"))
+    assert "_frozen_param" in code  # weights became constants: freezing took effect
+
+
+def costs(target_ms, draft_ms=2.0, prefill=(0.0, 0.0), alpha=0.8):
+    return Costs(target_ms, draft_ms, *prefill, alpha)
+
+
+def test_prediction_is_thm_3_8_without_prefill():
+    """No prefill: the wall prediction is Thm 3.8's (1 - a^(K+1)) / ((1 - a)(K c + s))."""
+    row = predict(costs({1: 10.0, 2: 11.0, 3: 12.0}), k=2, tokens=100)
+    expected = (1 - 0.8**3) / (1 - 0.8) / (2 * 0.2 + 1.2)
+    assert row["scoring_cost"] == pytest.approx(1.2)
+    assert row["predicted_speedup"] == pytest.approx(expected)
+    assert row["decode_speedup"] == pytest.approx(expected)
+    assert row["scoring_measured"]
+
+
+def test_prediction_extrapolates_and_counts_prefill():
+    c = costs({1: 10.0, 2: 12.0}, prefill=(500.0, 100.0))
+    row = predict(c, k=3, tokens=50)  # T(4) = 12 + 2 * 2: extrapolated
+    assert not row["scoring_measured"] and row["scoring_cost"] == pytest.approx(1.6)
+    loops = 50 / ((1 - 0.8**4) / 0.2)
+    ar, sps = 500 + 50 * 10, 600 + loops * (3 * 2 + 16)
+    assert row["predicted_speedup"] == pytest.approx(ar / sps)
+    assert row["predicted_speedup"] < row["decode_speedup"]  # prefill dilutes it
+
+
+def test_verdict_says_what_to_try_when_slower():
+    rows = [predict(costs({1: 10.0, 5: 37.0}, draft_ms=2.5), k, 128) for k in (4,)]
+    text = verdict(rows, 4, "cpu_bf16")
+    assert "SLOWER" in text and "3.7 target steps" in text and "backend=cpu_compiled" in text
+    fast = [predict(costs({1: 10.0, 5: 9.3}), 4, 128)]
+    assert "SLOWER" not in verdict(fast, 4, "cpu_bf16")
+
+
+def test_cli_calibrate_job_and_calibrated_timing_job(tmp_path):
+    """+experiment=calibrate writes one row per K; bench.calibrate puts the forecast on rows."""
+    tiny = ("model@target=tiny_target", "model@draft=tiny_draft", "task=toy", "backend=cpu")
+    out = run_cli(
+        "+experiment=calibrate", *tiny, "profile.max_k=3", "profile.alpha_tokens=8",
+        f"results_dir={tmp_path}",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "calibration: predicted speedup" in out.stdout + out.stderr
+    table = pd.read_parquet(next(tmp_path.rglob("calibration.parquet")))
+    assert table.k.tolist() == [1, 2, 3, 4] and table.cpu_kind.notna().all()
+    out = run_cli(
+        "+experiment=smoke", "decoder.k=2", "bench.calibrate=true", "profile.max_k=3",
+        f"results_dir={tmp_path}/timed",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    records = pd.read_parquet(next((tmp_path / "timed").rglob("records.parquet")))
+    assert records.predicted_speedup.notna().all()
+    summary = json.loads(next((tmp_path / "timed").rglob("summary.json")).read_text())
+    assert summary["predicted_speedup"] > 0
