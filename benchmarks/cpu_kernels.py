@@ -24,12 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from specbench.kernels import AVX2_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
-AVX2 = {
-    "ATEN_CPU_CAPABILITY": "avx2",
-    "ONEDNN_MAX_CPU_ISA": "AVX2",
-    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-}
 TARGET_S4 = 1.7
 
 
@@ -50,7 +47,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=ROOT / "results" / "cpu_kernels")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     args = parser.parse_args()
-    env = os.environ | (AVX2 if args.avx2 else {})
+    env = os.environ | (AVX2_ENV if args.avx2 else {})
     results = args.results / ("avx2_restricted" if args.avx2 else "native")
     tables = [calibrate(b, results, args.overrides, env) for b in args.backends]
     table = pd.concat(tables, ignore_index=True)

@@ -30,9 +30,10 @@ from specbench import stats
 from specbench.decoding.common import CachedLM
 from specbench.methods.registry import register_configs
 from specbench.models import load_model
+from specbench.prepare import Prepared, generate, prepare
 from specbench.provenance import provenance
 from specbench.records import write_table
-from specbench.runner import Prepared, generate, prepare, to_config
+from specbench.runner import to_config
 from specbench.sampling import expected_acceptance, logits_to_probs, next_token
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

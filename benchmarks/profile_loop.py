@@ -19,7 +19,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from specbench.methods.registry import register_configs
 from specbench.models import ModelPool
-from specbench.runner import generate, prepare, to_config
+from specbench.prepare import generate, prepare
+from specbench.runner import to_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PAIR = ["model@target=qwen25_coder_15b_instruct_gguf", "model@draft=qwen25_coder_05b_instruct_gguf"]

@@ -13,14 +13,21 @@ for K = 1..profile.max_k:
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from .analysis.theory import expected_speedup, expected_tokens_per_loop
+from .config import ConfigError
 from .decoding.common import CachedLM, Clock, model_device, static_cache_len
+from .methods import Generate, method
+from .prepare import Prepared, bind, encode, warm_kernels
 from .profile import profile_model
+from .records import CALIBRATION, write_job
 
 log = logging.getLogger(__name__)
 SPECULATIVE = "speculative"  # the registry method whose loop is predicted
@@ -143,6 +150,29 @@ def forecast(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> dict
         "target_step_ms": costs.target_ms[1],
         "target_prefill_ms": costs.target_prefill_ms,
     }
+
+
+def calibrate_first(
+    prep: Prepared, models: tuple, bound: dict[str, Generate], encoded: list[torch.Tensor]
+) -> dict[str, Any]:
+    """bench.calibrate: the predicted speedup (logged before timing starts) as row columns."""
+    if not prep.job.bench.calibrate or SPECULATIVE not in bound or models[1] is None:
+        return {}
+    result = forecast(prep, models, bound[SPECULATIVE], encoded)
+    result.pop("rows")
+    return result
+
+
+def run_calibrate(prep: Prepared, models: tuple, job_dir: Path, shared: dict) -> dict:
+    """The calibrate job: the forecast for the job's pair and kernels, in its own table."""
+    if models[1] is None:
+        raise ConfigError("bench.kind=calibrate needs a draft model (decoder=speculative)")
+    encoded = encode(prep)
+    warm_kernels(prep, models, encoded)
+    result = forecast(prep, models, bind(prep, models, method(SPECULATIVE)), encoded)
+    table = pd.DataFrame([shared | row for row in result.pop("rows")])
+    write_job(job_dir, {CALIBRATION: table}, result | {"finished": time.time()})
+    return result
 
 
 def _median(values: list[float]) -> float:

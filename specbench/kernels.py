@@ -30,6 +30,15 @@ INDUCTOR_CPU = {
     "freezing": True,
     "max_autotune": True,
     "max_autotune_gemm_backends": "CPP,ATEN",
+    "autotune_num_choices_displayed": 0,  # no per-GEMM timing tables on stderr
+    "max_autotune_report_choices_stats": False,
+}
+# Holds torch to its AVX2 kernels on any x86 CPU (set before torch is imported): the AVX2 regime
+# measured on an AVX-512 machine (benchmarks/cpu_kernels.py --avx2).
+AVX2_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
 }
 PROMPT_ROWS = 8  # calls with more rows than this are prompts (prefill): fp32 under prompt_fp32
 AUTO_RATIO = 2.0  # cpu_auto compiles when an eager bf16 linear's T(K+1)/T(1) exceeds this

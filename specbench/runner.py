@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,31 +22,12 @@ from tqdm.auto import tqdm
 
 from . import stats
 from .audit import run_audit
-from .calibrate import SPECULATIVE, forecast
+from .calibrate import calibrate_first, run_calibrate
 from .config import ConfigError, SpecBenchConfig
-from .decoding import GenerationResult, StopCondition
-from .decoding.common import static_cache_len, warm_compiled
-from .kernels import auto_compile
-from .methods import (
-    DecodeOptions,
-    Generate,
-    Method,
-    Models,
-    Runs,
-    check_job,
-    job_methods,
-    method,
-)
-from .methods import needs_draft as job_needs_draft
-from .models import (
-    ModelPool,
-    check_device,
-    check_eos,
-    check_tokenizers,
-    eos_token_ids,
-    load_tokenizer,
-    preflight,
-)
+from .decoding import GenerationResult
+from .methods import Method
+from .models import ModelPool
+from .prepare import Prepared, bind_methods, encode, prepare, resolve_kernels, warm_kernels
 from .profile import run_profile
 from .provenance import provenance
 from .records import (
@@ -60,7 +40,7 @@ from .records import (
     write_job,
     write_text,
 )
-from .tasks import Prompt, Scorer, format_prompts, load_prompts, scorer
+from .tasks import Prompt
 from .tracking import track
 
 log = logging.getLogger(__name__)
@@ -78,106 +58,6 @@ def to_config(cfg: DictConfig) -> SpecBenchConfig:
             raise cause from None
         raise ConfigError(str(err).splitlines()[0]) from err
     return job
-
-
-@dataclass
-class Prepared:
-    """Everything a job needs before models load: its config, prompts, tokenizer, stops."""
-
-    job: SpecBenchConfig
-    prompts: list[Prompt]
-    tokenizer: Any
-    vocab_size: int
-    stop: StopCondition | None  # None in fixed-length timing
-    score: Scorer
-    methods: list[Method]  # the decoder first, then what is timed beside it
-    prepared: dict[str, Any] = field(default_factory=dict)  # a method's per-job preparation
-    eos_token_ids: tuple[int, ...] = ()  # ends a generation; cuts fixed-length completions
-    first_index: int = 0  # index of prompts[0] in the task (bench.shard): seeds use it
-
-    @property
-    def uses_draft(self) -> bool:
-        return job_needs_draft(self.job)
-
-    def seed(self, local_index: int, repeat: int) -> int:
-        """The seed of a shard's local prompt index: the same as in an unsharded run."""
-        return self.job.bench.seed_for(self.first_index + local_index, repeat)
-
-
-def shard_prompts(prompts: list[Prompt], shard: tuple[int, int]) -> tuple[list[Prompt], int]:
-    """The i-th of n contiguous blocks of prompts, and the index of its first prompt."""
-    index, count = shard
-    start, stop = len(prompts) * index // count, len(prompts) * (index + 1) // count
-    if start == stop:
-        raise ConfigError(f"bench.shard={index}/{count} is empty: {len(prompts)} prompts")
-    return prompts[start:stop], start
-
-
-def prepare_methods(job: SpecBenchConfig, prompts: list[Prompt], first: int) -> dict[str, Any]:
-    """Each method's per-job preparation (replay's trace must cover the job's runs)."""
-
-    def seed_of(index: int, repeat: int) -> int:
-        return job.bench.seed_for(first + index, repeat)
-
-    runs = Runs([p.id for p in prompts], job.bench.repeats, seed_of, job.bench.seed)
-    return {
-        m.name: m.prepare(m.config_from(job.decoder), runs) for m in job_methods(job) if m.prepare
-    }
-
-
-def prepare(job: SpecBenchConfig) -> Prepared:
-    """Cheap checks that must pass before any model loads."""
-    check_job(job)
-    score = scorer(job.task)
-    prompts, first = shard_prompts(
-        load_prompts(job.task, job.bench.num_prompts), job.bench.shard_index()
-    )
-    prepared = prepare_methods(job, prompts, first)
-    check_device(job.backend)
-    uses_draft = job_needs_draft(job)
-    for model in (job.target, job.draft) if uses_draft else (job.target,):
-        preflight(model)
-    target_dtype = job.target.torch_dtype_name(job.backend.dtype)
-    tokenizer = load_tokenizer(job.target, target_dtype)
-    vocab_size = len(tokenizer)
-    eos = eos_token_ids(job.target, tokenizer, target_dtype)
-    if uses_draft:
-        draft_dtype = job.draft.torch_dtype_name(job.backend.dtype)
-        draft_tokenizer = load_tokenizer(job.draft, draft_dtype)
-        vocab_size = check_tokenizers(tokenizer, draft_tokenizer)
-        eos = check_eos(eos, eos_token_ids(job.draft, draft_tokenizer, draft_dtype))
-    prompts = format_prompts(job.task, prompts, tokenizer)
-    stop = None if job.bench.fixed_length else StopCondition(eos, tuple(job.task.stops), tokenizer)
-    methods = job_methods(job)
-    return Prepared(job, prompts, tokenizer, vocab_size, stop, score, methods, prepared, eos, first)
-
-
-def bind(prep: Prepared, models: tuple, entry: Method) -> Generate:
-    """One registry method bound to the loaded models with the job's options."""
-    job, backend = prep.job, prep.job.backend
-    options = DecodeOptions(
-        job.sampling.params(), prep.stop, prep.vocab_size, backend.static_cache, backend.compile
-    )
-    config = entry.config_from(job.decoder)
-    return entry.bind(config, Models(*models), options, prep.prepared.get(entry.name))
-
-
-def bind_methods(prep: Prepared, models: tuple) -> dict[str, Generate]:
-    """Every method of the job bound to the loaded models, once: name -> generate."""
-    return {m.name: bind(prep, models, m) for m in prep.methods}
-
-
-def generate(
-    name: str, prep: Prepared, models: tuple, ids: torch.Tensor, gen: torch.Generator, n: int
-) -> GenerationResult:
-    """One generation of the registry method `name` on one prompt (scripts and benchmarks)."""
-    return bind(prep, models, method(name))(ids, n, gen)
-
-
-def encode(prep: Prepared) -> list[torch.Tensor]:
-    """The job's prompts as (1, T) ids on the backend's device."""
-    device = prep.job.backend.device
-    return [prep.tokenizer(p.text, return_tensors="pt").input_ids.to(device) for p in prep.prompts]
 
 
 def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
@@ -206,47 +86,6 @@ def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict]]:
             iterations += iteration_rows(rows[-1], res)
         bar.set_postfix_str(progress_text(rows))
     return rows, iterations
-
-
-def calibrate_first(
-    prep: Prepared, models: tuple, bound: dict[str, Generate], encoded: list[torch.Tensor]
-) -> dict[str, Any]:
-    """bench.calibrate: the predicted speedup (logged before timing starts) as row columns."""
-    if not prep.job.bench.calibrate or SPECULATIVE not in bound or models[1] is None:
-        return {}
-    result = forecast(prep, models, bound[SPECULATIVE], encoded)
-    result.pop("rows")
-    return result
-
-
-def run_calibrate(prep: Prepared, models: tuple, job_dir: Path, shared: dict) -> dict:
-    """The calibrate job: the forecast for the job's pair and kernels, in its own table."""
-    if models[1] is None:
-        raise ConfigError("bench.kind=calibrate needs a draft model (decoder=speculative)")
-    encoded = encode(prep)
-    warm_kernels(prep, models, encoded)
-    result = forecast(prep, models, bind(prep, models, method(SPECULATIVE)), encoded)
-    table = pd.DataFrame([shared | row for row in result.pop("rows")])
-    write_job(job_dir, {CALIBRATION: table}, result | {"finished": time.time()})
-    return result
-
-
-def warm_kernels(prep: Prepared, models: tuple, encoded: list[torch.Tensor]) -> None:
-    """backend.compile: every decode graph the job calls is compiled before any clock starts
-    (target: 1..K+1 new tokens, draft: 1-2, at each static cache length the prompts need)."""
-    job = prep.job
-    if not job.backend.compile:
-        return
-    k, n = job.decoder.k, job.max_new_tokens
-    lens = {static_cache_len(e.shape[1] + n + extra) for e in encoded for extra in (0, k + 1)}
-    log.info(
-        "compiling decode graphs (target 1..%d tokens, draft 1-2, %d cache lengths): minutes "
-        "the first time on a CPU, seconds once cached", k + 1, len(lens),
-    )  # fmt: skip
-    target, draft = models
-    warm_compiled(target, lens, [(w, w) for w in range(1, k + 2)])
-    if draft is not None:
-        warm_compiled(draft, lens, [(1, 1), (2, 1)])
 
 
 def score_rows(prep: Prepared, rows: list[dict]) -> None:
@@ -352,23 +191,6 @@ def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) ->
     summary = summarize(records)
     write_job(job_dir, {RECORDS: records, ITERATIONS: iters}, summary)
     return summary
-
-
-def resolve_kernels(prep: Prepared) -> Prepared:
-    """backend.auto_kernels (cpu_auto): compile or not, from this CPU's measured eager scoring
-    cost; the job (and so its rows' compiled / prompt_fp32 columns) carries the choice."""
-    backend = prep.job.backend
-    if not backend.auto_kernels:
-        return prep
-    from .packaged import cache_root
-
-    compiled, ratio = auto_compile(prep.job.decoder.k, cache_root() / "kernels.json")
-    log.info(
-        "cpu_auto: an eager bf16 linear's T(K+1)/T(1) is %.2f on this CPU: %s", ratio,
-        "compiled decode calls and fp32 prompts" if compiled else "eager kernels",
-    )  # fmt: skip
-    chosen = replace(backend, compile=compiled, static_cache=compiled, prompt_fp32=compiled)
-    return replace(prep, job=replace(prep.job, backend=chosen))
 
 
 @dataclass(frozen=True)

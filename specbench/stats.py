@@ -29,8 +29,9 @@ SETTING = [
 RUN = ["prompt_id", "repeat", "seed"]
 # A method's knobs: what tells apart its rows within one setting.
 KNOBS = ["method", "paired_with", "k", "n_drafts", "draft"]
-# How results are reported: one line per (condition, method, knobs); never pooled across CPUs.
-CONDITION = ["task", "sampling", "cpu_kind"]
+# How results are reported: one line per (condition, method, knobs); never pooled across CPUs
+# or backends (eager and compiled kernels are different conditions).
+CONDITION = ["task", "sampling", "cpu_kind", "backend"]
 MIN_INTERVAL_PROMPTS = 10  # fewer prompts: report the range, not an interval
 LEVEL = 0.95
 HEADLINE = "geometric mean over prompts, 95% t interval on log ratios"
@@ -72,6 +73,23 @@ def paired_runs(records: pd.DataFrame, value: str = "ms_per_token") -> pd.DataFr
     return pairs.sort_values(present(pairs, [*group_keys(pairs), *RUN])).reset_index(drop=True)
 
 
+def fastest_baseline_runs(
+    records: pd.DataFrame, value: str = "ms_per_token", across: Sequence[str] = ("backend",)
+) -> pd.DataFrame:
+    """Each row with a `paired_with` beside the fastest baseline of its run over the `across`
+    columns (by default every backend's run of the baseline on the same prompt, repeat and
+    seed): the speedup over the fastest baseline specbench could build, not only its own."""
+    key = present(records, [c for c in [*SETTING, *RUN] if c not in across])
+    rows = records[records.paired_with.fillna("") != ""]
+    base = records[records.method.isin(set(rows.paired_with))]
+    per_variant = base.groupby([*key, *present(base, across), "method"], as_index=False)[value]
+    fastest = per_variant.mean().groupby([*key, "method"], as_index=False)[value].min()
+    fastest = fastest.rename(columns={"method": "paired_with", value: f"base_{value}"})
+    pairs = rows.merge(fastest, on=[*key, "paired_with"], how="inner")
+    pairs["ratio"] = pairs[f"base_{value}"] / pairs[value]
+    return pairs
+
+
 def per_prompt_log_ratio(pairs: pd.DataFrame) -> pd.Series:
     """Mean log ratio per prompt (its repeats averaged first), indexed by prompt_id."""
     return np.log(pairs.ratio).groupby(pairs.prompt_id).mean()
@@ -101,11 +119,15 @@ def ratio_interval(log_ratios: ArrayLike, level: float = LEVEL) -> dict[str, obj
             "n_prompts": n}  # fmt: skip
 
 
-def speedups(records: pd.DataFrame, value: str = "ms_per_token") -> pd.DataFrame:
+def speedups(
+    records: pd.DataFrame, value: str = "ms_per_token", across: Sequence[str] = ()
+) -> pd.DataFrame:
     """One row per (condition, method, knobs) with a baseline: the speedup and its interval
-    (columns `speedup`, `speedup_low`, `speedup_high`, `speedup_median`, `speedup_interval`)."""
-    pairs = paired_runs(records, value)
-    keys = group_keys(pairs)
+    (columns `speedup`, `speedup_low`, `speedup_high`, `speedup_median`, `speedup_interval`).
+    With `across` (e.g. ("backend",)): over the fastest baseline of each run among those
+    variants (`fastest_baseline_runs`), one row per variant of the method."""
+    pairs = fastest_baseline_runs(records, value, across) if across else paired_runs(records, value)
+    keys = present(pairs, [*group_keys(pairs), *across])
     rows = []
     for key, g in pairs.groupby(keys, sort=True, dropna=False):
         stat = ratio_interval(per_prompt_log_ratio(g))

@@ -152,6 +152,22 @@ def test_one_baseline_serves_a_k_sweep_and_cpu_kinds_never_pair(records):
     assert stats.paired_runs(other).empty
 
 
+def test_speedup_over_the_fastest_baseline_of_any_backend(records):
+    """Two backends: each method row is compared with the faster of the two baselines of its
+    run, so a slower backend's own baseline never flatters its speedup."""
+    one = normalize(records[(records.task == "xsum") & (records.sampling == "greedy")])
+    one = one[one.k.isin([0, 4])]
+    slow = one.assign(backend="eager", job=one.job + ".eager")
+    slow.loc[slow.method == "autoregressive", "ms_per_token"] *= 2.0  # a slow eager baseline
+    both = pd.concat([one.assign(backend="compiled"), slow], ignore_index=True)
+    own = stats.speedups(both).set_index("backend")
+    fair = stats.speedups(both, across=("backend",)).set_index("backend")
+    assert fair.loc["eager", "speedup"] == pytest.approx(true_speedup("greedy", 4))
+    assert fair.loc["compiled", "speedup"] == pytest.approx(true_speedup("greedy", 4))
+    assert own.loc["eager", "speedup"] == pytest.approx(2 * true_speedup("greedy", 4))
+    assert own.loc["compiled", "speedup"] == pytest.approx(true_speedup("greedy", 4))
+
+
 def test_summary(records):
     table = summary(records).set_index(["task", "sampling", "method", "k"])
     row = table.loc[("humaneval", "greedy", "speculative", 3)]

@@ -7,9 +7,9 @@ import pytest
 import torch
 from conftest import run_cli
 
-from specbench import SamplingParams, autoregressive_generate, speculative_generate
+from specbench import SamplingParams, autoregressive_generate, kernels, speculative_generate
 from specbench.calibrate import Costs, predict, verdict
-from specbench.kernels import PROMPT_ROWS, PromptFp32Linear, prompt_fp32
+from specbench.kernels import AVX2_ENV, PROMPT_ROWS, PromptFp32Linear, prompt_fp32
 from specbench.quantize import Int4Linear, WeightOnly, quantize_linears
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
 
@@ -50,10 +50,15 @@ def test_prompt_fp32_model_greedy_matches_fp32_model():
     assert autoregressive_generate(prompt_fp32(target), ids, **common).tokens == ref.tokens
 
 
+@pytest.mark.slow
 def test_compiled_cpu_path_freezes_weights_and_keeps_greedy_tokens(tmp_path, monkeypatch):
-    """backend.compile on CPU: inductor freezing + CPP GEMM templates; fp32 greedy through the
-    compiled calls is token-identical to eager, for AR and speculative sampling alike."""
+    """backend.compile on CPU: inductor freezing + CPP GEMM templates capture every decode
+    shape; fp32 greedy through the compiled calls is token-identical to eager, for AR and
+    speculative sampling alike (a rejection rolls the static cache back)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    # The CPP template alone: the same kernels, without timing ATEN against it per GEMM shape
+    # (5 s each, minutes in all for a test).
+    monkeypatch.setitem(kernels.INDUCTOR_CPU, "max_autotune_gemm_backends", "CPP")
     target = tiny_model("qwen2", seed=1, std=0.5)
     draft = perturbed_copy(target, noise=0.1, seed=2)
     ids = byte_tokenizer()("def add(a, b):\n", return_tensors="pt").input_ids
@@ -62,6 +67,7 @@ def test_compiled_cpu_path_freezes_weights_and_keeps_greedy_tokens(tmp_path, mon
     ar = autoregressive_generate(target, ids, compile=True, **common)
     sps = speculative_generate(target, draft, ids, k=2, compile=True, **common)
     assert ar.tokens == sps.tokens == ref.tokens
+    assert 0 < sum(sps.accepted) < sum(sps.proposed)
     code = "".join(p.read_text() for p in (tmp_path / "inductor").rglob("*.py"))
     assert "_frozen_param" in code  # weights became constants: freezing took effect
 
@@ -118,3 +124,17 @@ def test_cli_calibrate_job_and_calibrated_timing_job(tmp_path):
     assert records.predicted_speedup.notna().all()
     summary = json.loads(next((tmp_path / "timed").rglob("summary.json")).read_text())
     assert summary["predicted_speedup"] > 0
+
+
+def test_avx2_restriction_selects_torch_avx2_kernels():
+    """benchmarks/cpu_kernels.py --avx2: the environment that holds torch to AVX2 kernels on
+    any x86 CPU (so the AVX2 regime can be measured on an AVX-512 machine)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=os.environ | AVX2_ENV, capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "AVX2", out.stderr

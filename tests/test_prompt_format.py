@@ -10,7 +10,8 @@ from specbench.config import ConfigError, ModelConfig, TaskConfig
 from specbench.decoding import GenerationResult
 from specbench.methods import METHODS
 from specbench.models import check_eos, eos_token_ids
-from specbench.runner import cut_at_eos, job_columns, prepare, result_row, to_config
+from specbench.prepare import prepare
+from specbench.runner import cut_at_eos, job_columns, result_row, to_config
 from specbench.tasks import format_prompts
 from specbench.tasks import humaneval as he
 from specbench.tasks.chat import ChatTurn, chat_text, extract_code, sanitize

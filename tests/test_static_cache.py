@@ -81,20 +81,6 @@ def test_static_cache_overflow_and_compile_need_max_len(pair, ids):
         lm.forward(ids[:, :1], keep=1)
 
 
-@pytest.mark.slow
-def test_compiled_path_greedy_parity_on_cpu():
-    """backend.compile's path: torch.compile(fullgraph) captures every decode shape (~40 s)."""
-    target = tiny_model("qwen2", seed=1, std=0.5)
-    draft = perturbed_copy(target, noise=0.1, seed=2)
-    ids = byte_tokenizer()("def add(a, b):\n", return_tensors="pt").input_ids
-    common = dict(max_new_tokens=12, sampling=GREEDY, generator=None)
-    ref = autoregressive_generate(target, ids, **common)
-    ar = autoregressive_generate(target, ids, compile=True, **common)
-    sps = speculative_generate(target, draft, ids, k=2, compile=True, **common)
-    assert ar.tokens == sps.tokens == ref.tokens
-    assert 0 < sum(sps.accepted) < sum(sps.proposed)
-
-
 def test_cli_static_cache_greedy_rows_match(tmp_path):
     """backend.static_cache=true through the harness: greedy SpS rows equal the AR rows."""
     out = run_cli(

@@ -6,9 +6,11 @@ import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 from transformers import CompileConfig, DynamicCache, StaticCache
 
 from ..kernels import cpu_inductor, inductor_cache
@@ -127,8 +129,9 @@ class CachedLM:
     StaticCache of that many positions is preallocated and rollback only moves the write
     position back (stale entries past it are masked and later overwritten), as in gpt-fast.
     compile=True (static cache only) runs decode calls (cache non-empty, T <= COMPILED_MAX_T)
-    through transformers' `get_compiled_call` (torch.compile, CUDA graphs on GPU); prefill
-    stays eager so prompt lengths never trigger recompiles.
+    through transformers' `get_compiled_call` (torch.compile, CUDA graphs on GPU; on CPU one
+    graph for T = 1 and one dynamic in T for 2..COMPILED_MAX_T); prefill stays eager so prompt
+    lengths never trigger recompiles.
     """
 
     COMPILED_MAX_T = 17  # draft steps (1-2 tokens) and target scoring (K+1 <= 17)
@@ -151,6 +154,7 @@ class CachedLM:
         else:
             self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self._step = compiled_call(model) if compile else model
+        self.compiled_cpu = compile and self.device.type == "cpu"
         params = inspect.signature(model.forward).parameters
         # transformers >= 5.2x renamed past_key_values -> cache; accept both.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -168,6 +172,11 @@ class CachedLM:
             kwargs["logits_to_keep"] = keep
         decode = self.length > 0 and new <= self.COMPILED_MAX_T
         call = self._step if decode else self.model
+        if decode and self.compiled_cpu and new > 1:
+            # One graph for every scoring width 2..COMPILED_MAX_T: a frozen CPU graph holds its
+            # own packed copy of the weights, so a graph per width runs a 1.5B model out of
+            # memory. One token (decode steps) keeps its own static graph.
+            torch._dynamo.maybe_mark_dynamic(input_ids, 1)
         logits = call(input_ids=input_ids, **kwargs).logits[:, -keep:]
         self.length += new
         self.calls += 1
@@ -189,12 +198,15 @@ def warm_compiled(
     """Compile (or load from the cache) every decode graph a job will call before any clock
     starts: one per (new tokens, kept logits) in `widths` at each static cache length."""
     ids = torch.zeros(1, max(w for w, _ in widths), dtype=torch.long, device=model_device(model))
-    for max_len in sorted(max_lens):
-        lm = CachedLM(model, None, max_len, compile=True)
-        lm.forward(ids[:, :1], keep=1)  # an eager prefill: decode calls need a cached prefix
-        for width, keep in widths:
-            lm.forward(ids[:, :width], keep=keep)
-            lm.rollback(width)
+    name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+    shapes = [(max_len, w, keep) for max_len in sorted(max_lens) for w, keep in widths]
+    lms: dict[int, CachedLM] = {}
+    for max_len, width, keep in tqdm(shapes, desc=f"compiling {Path(name).name}", unit="graph"):
+        if max_len not in lms:
+            lms[max_len] = CachedLM(model, None, max_len, compile=True)
+            lms[max_len].forward(ids[:, :1], keep=1)  # eager prefill: decode needs a prefix
+        lms[max_len].forward(ids[:, :width], keep=keep)
+        lms[max_len].rollback(width)
 
 
 class Clock:
