@@ -168,15 +168,19 @@ class CachedLM:
         if self.max_len is not None and self.length + new > self.max_len:
             raise ValueError(f"static cache of {self.max_len} positions is full")
         kwargs = {self._cache_kw: self.cache, "use_cache": True}
-        if self._keep_kw:
-            kwargs["logits_to_keep"] = keep
         decode = self.length > 0 and new <= self.COMPILED_MAX_T
         call = self._step if decode else self.model
+        if self._keep_kw:
+            kwargs["logits_to_keep"] = keep
         if decode and self.compiled_cpu and new > 1:
             # One graph for every scoring width 2..COMPILED_MAX_T: a frozen CPU graph holds its
-            # own packed copy of the weights, so a graph per width runs a 1.5B model out of
-            # memory. One token (decode steps) keeps its own static graph.
+            # own packed copy of the weights (~2.5x their bf16 size), so a graph per width runs
+            # a 1.5B model out of memory. The width is dynamic, and every position's logits are
+            # kept (0 = all; a changing int would be specialised), cut to `keep` below. One
+            # token (decode steps) keeps its own static graph.
             torch._dynamo.maybe_mark_dynamic(input_ids, 1)
+            kwargs["logits_to_keep"] = 0 if self._keep_kw else None
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
         logits = call(input_ids=input_ids, **kwargs).logits[:, -keep:]
         self.length += new
         self.calls += 1
