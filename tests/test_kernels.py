@@ -68,6 +68,11 @@ def test_compiled_cpu_path_freezes_weights_and_keeps_greedy_tokens(tmp_path, mon
     sps = speculative_generate(target, draft, ids, k=2, compile=True, **common)
     assert ar.tokens == sps.tokens == ref.tokens
     assert 0 < sum(sps.accepted) < sum(sps.proposed)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    longer = byte_tokenizer()("def sub(a, b, c):\n", return_tensors="pt").input_ids
+    autoregressive_generate(target, longer, compile=True, **common)
+    speculative_generate(target, draft, longer, k=2, compile=True, **common)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # no recompiles
     code = "".join(p.read_text() for p in (tmp_path / "inductor").rglob("*.py"))
     assert "_frozen_param" in code  # weights became constants: freezing took effect
 

@@ -172,6 +172,10 @@ class CachedLM:
         call = self._step if decode else self.model
         if self._keep_kw:
             kwargs["logits_to_keep"] = keep
+        if decode and self._step is not self.model:
+            # A slice of the caller's token buffer has that buffer's stride, which dynamo
+            # guards on: a fresh contiguous copy keeps every generation on the same graphs.
+            input_ids = input_ids.clone(memory_format=torch.contiguous_format)
         if decode and self.compiled_cpu and new > 1:
             # One graph for every scoring width 2..COMPILED_MAX_T: a frozen CPU graph holds its
             # own packed copy of the weights (~2.5x their bf16 size), so a graph per width runs
