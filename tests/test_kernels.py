@@ -68,10 +68,12 @@ def test_compiled_cpu_path_freezes_weights_and_keeps_greedy_tokens(tmp_path, mon
     sps = speculative_generate(target, draft, ids, k=2, compile=True, **common)
     assert ar.tokens == sps.tokens == ref.tokens
     assert 0 < sum(sps.accepted) < sum(sps.proposed)
+    # A later generation (a new cache, another prompt length) reuses the graphs and reads its
+    # own cache, not the one the graphs were compiled with.
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     longer = byte_tokenizer()("def sub(a, b, c):\n", return_tensors="pt").input_ids
-    autoregressive_generate(target, longer, compile=True, **common)
-    speculative_generate(target, draft, longer, k=2, compile=True, **common)
+    again = speculative_generate(target, draft, longer, k=2, compile=True, **common)
+    assert again.tokens == autoregressive_generate(target, longer, **common).tokens
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # no recompiles
     code = "".join(p.read_text() for p in (tmp_path / "inductor").rglob("*.py"))
     assert "_frozen_param" in code  # weights became constants: freezing took effect

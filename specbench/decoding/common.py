@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import CompileConfig, DynamicCache, StaticCache
 
-from ..kernels import cpu_inductor, inductor_cache
+from ..kernels import cpu_inductor, inductor_cache, keep_cache_as_input
 
 # Fixed shapes per decode call; "reduce-overhead" captures CUDA graphs on GPU. On CPU the default
 # mode, with kernels.INDUCTOR_CPU (freezing + CPP GEMM templates) patched in around each call.
@@ -189,6 +189,8 @@ class CachedLM:
             kwargs["logits_to_keep"] = 0 if self._keep_kw else None
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         logits = call(input_ids=input_ids, **kwargs).logits[:, -keep:]
+        if self.compiled_cpu and self.length == 0:  # the prefill has just allocated the cache
+            keep_cache_as_input(self.cache)
         self.length += new
         self.calls += 1
         # A target split over devices (device_map) computes its lm_head on the last one.
