@@ -190,8 +190,8 @@ class CachedLM:
             # a 1.5B model out of memory. The width is dynamic, and every position's logits are
             # kept (0 = all; a changing int would be specialised), cut to `keep` below.
             torch._dynamo.maybe_mark_dynamic(input_ids, 1)
-            kwargs["logits_to_keep"] = 0 if self._keep_kw else None
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+            if self._keep_kw:
+                kwargs["logits_to_keep"] = 0
         logits = call(input_ids=input_ids, **kwargs).logits[:, -keep:]
         if self.compiled_cpu and self.length == 0:  # the prefill has just allocated the cache
             keep_cache_as_input(self.cache)
