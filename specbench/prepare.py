@@ -23,6 +23,7 @@ from .models import (
     load_tokenizer,
     preflight,
 )
+from .packaged import cache_root
 from .tasks import Prompt, Scorer, format_prompts, load_prompts, scorer
 
 log = logging.getLogger(__name__)
@@ -152,8 +153,6 @@ def resolve_kernels(prep: Prepared) -> Prepared:
     backend = prep.job.backend
     if not backend.auto_kernels:
         return prep
-    from .packaged import cache_root
-
     compiled, ratio = auto_compile(prep.job.decoder.k, cache_root() / "kernels.json")
     log.info(
         "cpu_auto: an eager bf16 linear's T(K+1)/T(1) is %.2f on this CPU: %s", ratio,
