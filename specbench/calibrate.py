@@ -84,7 +84,7 @@ def measure_costs(prep, models: tuple, generate, encoded: list[torch.Tensor]) ->
     calibration prompts (`generate` is the bound speculative method)."""
     job, (target, draft) = prep.job, models
     backend, profile = job.backend, job.profile
-    k = job.decoder.k
+    k = max(job.decoder.ks())
     widest = k + 1 if backend.compile else profile.max_k + 1  # compiled: the warmed widths only
     prefix = encoded[0]  # the cache length below is one runner.warm_kernels compiled
     cached = backend.static_cache or backend.compile
@@ -154,13 +154,13 @@ def forecast(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> dict
 
 def calibrate_first(
     prep: Prepared, models: tuple, bound: dict[str, Generate], encoded: list[torch.Tensor]
-) -> dict[str, Any]:
-    """bench.calibrate: the predicted speedup (logged before timing starts) as row columns."""
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """bench.calibrate: the predicted speedup (logged before timing starts) as row columns, and
+    the per-K predictions (the job's calibration table: Fig. 1's Thm 3.8 overlay)."""
     if not prep.job.bench.calibrate or SPECULATIVE not in bound or models[1] is None:
-        return {}
+        return {}, []
     result = forecast(prep, models, bound[SPECULATIVE], encoded)
-    result.pop("rows")
-    return result
+    return result, result.pop("rows")
 
 
 def run_calibrate(prep: Prepared, models: tuple, job_dir: Path, shared: dict) -> dict:

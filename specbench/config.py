@@ -137,9 +137,25 @@ class DecoderConfig:
 
     name: str = MISSING
     k: int = 4  # draft tokens per iteration (methods that draft)
+    # Block design (Fig. 1): a drafting method timed at every K of this list in one job, each
+    # paired with the one baseline run per (prompt, repeat); [] = decoder.k only. decoder.k (the
+    # headline K, Table 1's 4) must be in it.
+    k_sweep: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _require(self.k >= 1, f"decoder.k must be >= 1 (draft tokens per iteration), got {self.k}")
+        _require(
+            all(k >= 1 for k in self.k_sweep) and len(set(self.k_sweep)) == len(self.k_sweep),
+            f"decoder.k_sweep must list distinct K >= 1, got {list(self.k_sweep)}",
+        )
+        _require(
+            not self.k_sweep or self.k in self.k_sweep,
+            f"decoder.k={self.k} is the headline K: put it in decoder.k_sweep={list(self.k_sweep)}",
+        )
+
+    def ks(self) -> list[int]:
+        """Every K a drafting method runs at in this job, ascending."""
+        return sorted(self.k_sweep) if self.k_sweep else [self.k]
 
 
 @dataclass
@@ -215,6 +231,17 @@ class BenchConfig:
     # "i/n": this job runs the i-th of n contiguous blocks of the num_prompts prompts (0-based),
     # so a long run can be done in parts (-m bench.shard=0/4,1/4,2/4,3/4) and gathered as one.
     shard: str | None = None
+    # Reference experiments (paper_*, calibrate): refuse to run from a checkout with
+    # uncommitted changes, so committed results name the code that made them (allow_dirty=true
+    # runs anyway; the rows then say git_dirty=true).
+    require_clean: bool = False
+    # Precision-driven sample size (specbench.sequential): add prompts in blocks (each saved when
+    # it finishes) until the headline speedup's 95% interval is +- target_half_width (ratio
+    # units) or max_prompts have run; num_prompts is then the first block, unless `pilot` (the
+    # records.parquet of an earlier run) sizes it from its per-prompt spread.
+    target_half_width: float | None = None
+    max_prompts: int | None = None
+    pilot: str | None = None
 
     def __post_init__(self) -> None:
         _require(self.kind in JOB_KINDS, f"bench.kind must be one of {JOB_KINDS}: {self.kind!r}")
@@ -227,6 +254,22 @@ class BenchConfig:
         )
         if self.shard is not None:
             self.shard_index()
+        if self.target_half_width is None:
+            return
+        _require(self.target_half_width > 0, "bench.target_half_width must be > 0 (e.g. 0.05)")
+        _require(
+            self.max_prompts is not None and self.max_prompts >= self.num_prompts,
+            "bench.target_half_width needs bench.max_prompts >= bench.num_prompts (the cap)",
+        )
+        _require(
+            self.shard is None and self.kind == "time",
+            "bench.target_half_width decides how many prompts a timing job runs (in blocks that "
+            "resume): drop bench.shard, and use it with bench.kind=time",
+        )
+
+    def prompt_count(self) -> int:
+        """Prompts to load: the cap of a precision-driven job, else num_prompts."""
+        return self.max_prompts if self.target_half_width is not None else self.num_prompts
 
     def seed_for(self, prompt_index: int, repeat: int = 0) -> int:
         """The seed of one (prompt, repeat) run, by the prompt's index in the whole task."""
@@ -279,8 +322,8 @@ class ProfileConfig:
     max_q: int = 16
     max_k: int = 8  # calibration: predict K = 1..max_k (compiled widths past decoder.k+1 are
     # extrapolated linearly, not compiled)
-    alpha_prompts: int = 2  # calibration: prompts of the short speculative run behind alpha
-    alpha_tokens: int = 32  # calibration: new tokens per prompt of that run
+    alpha_prompts: int = 3  # calibration: prompts of the short speculative run behind alpha
+    alpha_tokens: int = 48  # calibration: new tokens per prompt of that run
 
     def __post_init__(self) -> None:
         _require(self.max_q >= 1, f"profile.max_q must be >= 1, got {self.max_q}")
@@ -307,6 +350,7 @@ class SpecBenchConfig:
     experiment: str = "default"
     results_dir: str = "results"
     overwrite: bool = False
+    allow_dirty: bool = False  # run a bench.require_clean experiment from a dirty checkout
     target: ModelConfig = MISSING
     draft: ModelConfig = MISSING
     backend: BackendConfig = field(default_factory=BackendConfig)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .config import ConfigError, SpecBenchConfig
+from .config import ConfigError, DecoderConfig, SpecBenchConfig
 from .decoding import GenerationResult, StopCondition
 from .decoding.common import static_cache_len, warm_compiled
 from .kernels import auto_compile
@@ -29,6 +29,27 @@ from .tasks import Prompt, Scorer, format_prompts, load_prompts, scorer
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Timed:
+    """One method at one K, timed on every (prompt, repeat) of a job; `label` keys its bound
+    generate (the method's name at decoder.k, "<name>@k=<K>" at the other K of a sweep)."""
+
+    label: str
+    method: Method
+    config: DecoderConfig
+
+
+def timed_variants(job: SpecBenchConfig, methods: list[Method]) -> list[Timed]:
+    """The job's methods, a drafting one once per K of decoder.k_sweep (the block design)."""
+    timed = []
+    for entry in methods:
+        config = entry.config_from(job.decoder)
+        for k in job.decoder.ks() if entry.drafts else [config.k]:
+            label = entry.name if k == job.decoder.k else f"{entry.name}@k={k}"
+            timed.append(Timed(label, entry, config if k == config.k else replace(config, k=k)))
+    return timed
+
+
 @dataclass
 class Prepared:
     """Everything a job needs before models load: its config, prompts, tokenizer, stops."""
@@ -43,6 +64,11 @@ class Prepared:
     prepared: dict[str, Any] = field(default_factory=dict)  # a method's per-job preparation
     eos_token_ids: tuple[int, ...] = ()  # ends a generation; cuts fixed-length completions
     first_index: int = 0  # index of prompts[0] in the task (bench.shard): seeds use it
+
+    @property
+    def timed(self) -> list[Timed]:
+        """What each (prompt, repeat) times: every method, drafting ones at every K swept."""
+        return timed_variants(self.job, self.methods)
 
     @property
     def uses_draft(self) -> bool:
@@ -79,7 +105,7 @@ def prepare(job: SpecBenchConfig) -> Prepared:
     check_job(job)
     score = scorer(job.task)
     prompts, first = shard_prompts(
-        load_prompts(job.task, job.bench.num_prompts), job.bench.shard_index()
+        load_prompts(job.task, job.bench.prompt_count()), job.bench.shard_index()
     )
     prepared = prepare_methods(job, prompts, first)
     check_device(job.backend)
@@ -101,19 +127,22 @@ def prepare(job: SpecBenchConfig) -> Prepared:
     return Prepared(job, prompts, tokenizer, vocab_size, stop, score, methods, prepared, eos, first)
 
 
-def bind(prep: Prepared, models: tuple, entry: Method) -> Generate:
-    """One registry method bound to the loaded models with the job's options."""
+def bind(
+    prep: Prepared, models: tuple, entry: Method, config: DecoderConfig | None = None
+) -> Generate:
+    """One registry method bound to the loaded models with the job's options (at `config`, by
+    default the job's decoder carried over to the method)."""
     job, backend = prep.job, prep.job.backend
     options = DecodeOptions(
         job.sampling.params(), prep.stop, prep.vocab_size, backend.static_cache, backend.compile
     )
-    config = entry.config_from(job.decoder)
+    config = config or entry.config_from(job.decoder)
     return entry.bind(config, Models(*models), options, prep.prepared.get(entry.name))
 
 
 def bind_methods(prep: Prepared, models: tuple) -> dict[str, Generate]:
-    """Every method of the job bound to the loaded models, once: name -> generate."""
-    return {m.name: bind(prep, models, m) for m in prep.methods}
+    """Every timed variant of the job bound to the loaded models, once: label -> generate."""
+    return {t.label: bind(prep, models, t.method, t.config) for t in prep.timed}
 
 
 def generate(
@@ -135,7 +164,7 @@ def warm_kernels(prep: Prepared, models: tuple, encoded: list[torch.Tensor]) -> 
     job = prep.job
     if not job.backend.compile:
         return
-    k, n = job.decoder.k, job.max_new_tokens
+    k, n = max(job.decoder.ks()), job.max_new_tokens
     lens = {static_cache_len(e.shape[1] + n + extra) for e in encoded for extra in (0, k + 1)}
     log.info(
         "compiling decode graphs (target 1..%d tokens, draft 1-2, %d cache lengths): minutes "

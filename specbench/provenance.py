@@ -80,12 +80,17 @@ def cpu_columns() -> dict[str, object]:
     }
 
 
+def git_dirty() -> bool | None:
+    """Whether tracked files of the checkout have uncommitted changes (None: not a checkout)."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return bool(status) if status is not None else None
+
+
 def provenance(device: str) -> dict[str, object]:
     """Flat columns for every record row."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
     return cpu_columns() | {
         "git_sha": _git("rev-parse", "HEAD") or "unknown",
-        "git_dirty": bool(status) if status is not None else None,
+        "git_dirty": git_dirty(),
         "specbench_version": __version__,
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,

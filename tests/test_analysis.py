@@ -445,3 +445,61 @@ def test_prompts_needed_for_a_half_width():
     # sd of log ratios 0.13 at a 2x speedup: +-0.05x needs (1.96 * 0.13 * 2 / 0.05)^2 ~ 104
     assert stats.prompts_needed(0.13, 0.05, 2.0) == 104
     assert stats.prompts_needed(0.13, 0.10, 2.0) == 26
+
+
+def sweep_with_noise(prompts: int = 12) -> pd.DataFrame:
+    """One setting, K = 1..4, per-prompt noise around Thm 3.8's speedups (K = 3 best here)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for prompt in range(prompts):
+        base = {"experiment": "x", "job": "j", "task": "xsum", "sampling": "greedy",
+                "prompt_id": f"p{prompt}", "repeat": 0, "seed": prompt, "max_new_tokens": N,
+                "new_tokens": N, "target": "t", "draft": "d", "dtype": "float32"}  # fmt: skip
+        rows.append(base | ar_row(prompt) | {"ms_per_token": T_MS})
+        for k in KS:
+            ms = T_MS / true_speedup("greedy", k) * float(np.exp(rng.normal(0, 0.01)))
+            rows.append(base | sps_row(prompt, k, 0.8) | {"k": k, "ms_per_token": ms})
+    return pd.DataFrame(rows)
+
+
+def test_k_contrasts_tell_the_best_k_from_the_ends():
+    frame = normalize(sweep_with_noise())
+    best = max(KS, key=lambda k: true_speedup("greedy", k))
+    table = stats.k_contrasts(frame)
+    assert set(table.best_k) == {best} and set(table.other_k) == set(KS) - {best} & {1, 4}
+    vs_one = table[table.other_k == 1].iloc[0]
+    ratio = true_speedup("greedy", best) / true_speedup("greedy", 1)
+    assert vs_one.distinguishable and abs(np.log(vs_one.ratio / ratio)) < 0.02
+    few = stats.k_contrasts(normalize(sweep_with_noise(prompts=5)))
+    assert not few.distinguishable.any()  # n < 10: a range, never a claim
+
+
+def test_speedup_figure_overlays_the_calibration_and_the_contrast():
+    frame = sweep_with_noise()
+    calibration = pd.DataFrame(
+        {
+            "task": "xsum",
+            "sampling": "greedy",
+            "k": list(KS),
+            "predicted_speedup": [1.1, 1.2, 1.25, 1.2],
+        }
+    )
+    ax = figures.speedup_figure(frame, calibration).axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert any("predicted before timing" in label for label in labels)
+    assert any("best K" in text.get_text() for text in ax.texts)
+
+
+def test_draft_figures_from_iterations():
+    from specbench.analysis.draft_figures import acceptance_position_figure, accepted_length_figure
+
+    frame = sweep_with_noise(prompts=3)
+    loops = pd.DataFrame([
+        {"job": "j", "method": "speculative", "prompt_id": f"p{p}", "repeat": 0, "iteration": i,
+         "k": k - (i == 5), "run_k": k, "accepted": (i + p) % k}
+        for p in range(3) for k in KS for i in range(6)])  # fmt: skip
+    fig = accepted_length_figure(frame, loops)  # the short last loop of each run left out
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels == [f"K = {k} (15 loops)" for k in KS]
+    fig = acceptance_position_figure(frame, loops)
+    assert [line.get_label() for line in fig.axes[0].get_lines()] == [f"K = {k}" for k in KS]

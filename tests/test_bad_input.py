@@ -152,3 +152,18 @@ def test_console_script_reports_one_line(tmp_path):
     assert out.stderr.strip().splitlines() == [
         "specbench: error: sampling: top_p must be in (0, 1] (1 = off), got 0.0"
     ]
+
+
+def test_reference_experiment_refuses_a_dirty_checkout(compose_cfg, monkeypatch):
+    """bench.require_clean (the paper experiments): one line naming the fix; allow_dirty runs."""
+    from specbench import runner
+    from specbench.config import ConfigError
+
+    monkeypatch.setattr(runner, "git_dirty", lambda: True)
+    job = runner.to_config(compose_cfg(["bench.require_clean=true"]))
+    with pytest.raises(ConfigError, match="uncommitted changes.*allow_dirty=true"):
+        runner.check_clean(job)
+    allowed = ["bench.require_clean=true", "allow_dirty=true"]
+    runner.check_clean(runner.to_config(compose_cfg(allowed)))
+    monkeypatch.setattr(runner, "git_dirty", lambda: False)
+    runner.check_clean(job)

@@ -116,7 +116,7 @@ def test_cli_calibrate_job_and_calibrated_timing_job(tmp_path):
     tiny = ("model@target=tiny_target", "model@draft=tiny_draft", "task=toy", "backend=cpu")
     out = run_cli(
         "+experiment=calibrate", *tiny, "profile.max_k=3", "profile.alpha_tokens=8",
-        f"results_dir={tmp_path}",
+        "allow_dirty=true", f"results_dir={tmp_path}",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "calibration: predicted speedup" in out.stdout + out.stderr
@@ -131,6 +131,8 @@ def test_cli_calibrate_job_and_calibrated_timing_job(tmp_path):
     assert records.predicted_speedup.notna().all()
     summary = json.loads(next((tmp_path / "timed").rglob("summary.json")).read_text())
     assert summary["predicted_speedup"] > 0
+    per_k = pd.read_parquet(tmp_path / "timed" / "smoke" / "calibration.parquet")  # gathered
+    assert per_k.k.tolist() == [1, 2, 3] and per_k.job.notna().all()
 
 
 def test_avx2_restriction_selects_torch_avx2_kernels():

@@ -11,10 +11,11 @@ from specbench.decoding import GenerationResult
 from specbench.methods import METHODS
 from specbench.models import check_eos, eos_token_ids
 from specbench.prepare import prepare
-from specbench.runner import cut_at_eos, job_columns, result_row, to_config
+from specbench.runner import job_columns, to_config
 from specbench.tasks import format_prompts
 from specbench.tasks import humaneval as he
 from specbench.tasks.chat import ChatTurn, chat_text, extract_code, sanitize
+from specbench.timing import cut_at_eos, result_row
 from specbench.tiny import byte_tokenizer
 
 CHAT_REPLY = """\
@@ -126,7 +127,8 @@ def test_fixed_length_completion_is_cut_at_eos(compose_cfg):
     encode, decode = prep.tokenizer.encode, prep.tokenizer.decode
     tokens = encode("hi") + [120] + encode("yo") + [257]
     res = GenerationResult(tokens=tokens, wall_s=1.0, target_calls=len(tokens))
-    row = result_row(prep, METHODS["autoregressive"], prep.prompts[0], 0, 0, res)
+    auto = next(t for t in prep.timed if t.method is METHODS["autoregressive"])
+    row = result_row(prep, auto, prep.prompts[0], 0, 0, res)
     assert row["completion"] == "hi" and row["completion_raw"] == f"hi{decode([120])}yo<eos>"
     assert row["new_tokens"] == 6
 

@@ -138,3 +138,66 @@ def test_shards_gather_into_the_unsharded_run(tmp_path):
     assert (
         one[cols].sort_values(key).values.tolist() == split[cols].sort_values(key).values.tolist()
     )
+
+
+def test_block_design_shares_one_baseline_per_run(tmp_path):
+    """decoder.k_sweep times the baseline once per (prompt, repeat) and the drafting method at
+    every K on the same seed; each K pairs with that one baseline row."""
+    from specbench import stats
+
+    out = run_cli("+experiment=smoke", "decoder.k=2", "decoder.k_sweep=[1,2,3]",
+                  "bench.repeats=1", f"results_dir={tmp_path}")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = pd.read_parquet(next(tmp_path.glob("smoke/*/records.parquet")))
+    counts = records.groupby(["method", "k"]).size().to_dict()
+    assert counts == {("autoregressive", 0): 2, ("speculative", 1): 2, ("speculative", 2): 2,
+                      ("speculative", 3): 2}  # fmt: skip
+    assert records.groupby("prompt_id").seed.nunique().eq(1).all()
+    table = stats.speedups(records)
+    assert sorted(table.k) == [1, 2, 3] and (table.speedup_n_prompts == 2).all()
+    summary = json.loads(next(tmp_path.glob("smoke/*/summary.json")).read_text())
+    assert {"speedup", "speculative_k1_speedup", "speculative_k3_speedup"} <= set(summary)
+
+
+def test_k_sweep_must_hold_the_headline_k():
+    out = run_cli("+experiment=smoke", "decoder.k=4", "decoder.k_sweep=[1,2]")
+    assert out.returncode != 0 and "put it in decoder.k_sweep" in out.stderr
+
+
+def test_precision_driven_run_adds_blocks_and_resumes(tmp_path):
+    """bench.target_half_width: blocks of prompts until the cap (8 toy prompts) here, each block
+    saved; a job killed after its first block times only the rest when rerun."""
+    args = ("+experiment=smoke", "decoder.k=2", "bench.repeats=1", "bench.num_prompts=3",
+            "bench.max_new_tokens=6", "bench.target_half_width=0.001", "bench.max_prompts=8",
+            f"results_dir={tmp_path}")  # fmt: skip
+    out = run_cli(*args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    job = next(tmp_path.glob("smoke/*/summary.json")).parent
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["sample_stopped_by"] == "max_prompts" and summary["sample_n_prompts"] == 8
+    blocks = sorted(p.name for p in (job / "blocks").glob("*.records.parquet"))
+    assert blocks == ["0000-0003.records.parquet", "0003-0008.records.parquet"]
+    first = pd.read_parquet(job / "records.parquet")
+    (job / "summary.json").unlink()
+    (job / "blocks" / blocks[1]).unlink()
+    again = run_cli(*args)
+    logged = again.stdout + again.stderr
+    assert again.returncode == 0 and "prompts 0-3" not in logged and "prompts 3-8" in logged
+    cols = ["method", "prompt_id", "seed", "completion"]
+    second = pd.read_parquet(job / "records.parquet")
+    assert first[cols].values.tolist() == second[cols].values.tolist()
+
+
+def test_stopping_rule(compose_cfg):
+    """Stop when the interval is narrow enough or at the cap; else add what the spread asks."""
+    from specbench.runner import to_config
+    from specbench.sequential import MIN_BLOCK, next_block
+
+    over = ["bench.target_half_width=0.05", "bench.max_prompts=100", "bench.num_prompts=10"]
+    job = to_config(compose_cfg(over))
+    wide = {"half_width": 0.2, "sd_log": 0.12, "ratio": 2.0}
+    assert next_block(10, {**wide, "half_width": 0.04}, job) == (0, "half_width")
+    assert next_block(100, wide, job) == (0, "max_prompts")
+    size, why = next_block(10, wide, job)  # (1.96 * 0.12 * 2 / 0.05)^2 = 88.5 -> 89 - 10
+    assert why == "adding" and size == 79
+    assert next_block(88, wide, job)[0] == MIN_BLOCK

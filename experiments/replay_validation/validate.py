@@ -20,7 +20,8 @@ from hydra import compose, initialize_config_dir
 from specbench.decoding.replay import Replay, Step
 from specbench.methods.registry import register_configs
 from specbench.models import ModelPool
-from specbench.runner import Prepared, generate, prepare, to_config
+from specbench.prepare import Prepared, generate, prepare
+from specbench.runner import to_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 DEFAULTS = [

@@ -25,8 +25,10 @@ from omegaconf import OmegaConf
 
 from specbench.config import SpecBenchConfig
 from specbench.models import ModelPool
+from specbench.prepare import generate, prepare
 from specbench.records import RECORDS, gather, write_table
-from specbench.runner import cut_at_eos, generate, prepare, to_config
+from specbench.runner import to_config
+from specbench.timing import cut_at_eos
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .. import stats
-from .aggregate import drafting, normalize, series_label, summary
+from .aggregate import LEGACY_DEFAULTS, drafting, normalize, series_label, summary
 from .theory import expected_tokens_per_loop, predicted_vs_measured
 
 K_LABEL = "K (draft tokens per loop)"
@@ -182,31 +182,74 @@ def loop_latency_figure(records: pd.DataFrame) -> Figure:
     return _panel_figure(records, title, _draw_loop)
 
 
-def _speedup_drawer(theory: pd.DataFrame) -> Draw:
-    """Draws measured speedups with their interval and the Thm 3.8 predictions of the panel."""
+def _contrast_text(contrasts: pd.DataFrame) -> str:
+    """'best K = 6 (1.31x); vs K = 1: 1.12x [1.05, 1.19], distinguishable; ...' of a panel."""
+    if contrasts.empty:
+        return ""
+    first = contrasts.iloc[0]
+    parts = [f"best K = {first.best_k} ({first.best_speedup:.2f}x)"]
+    for _, row in contrasts.iterrows():
+        verdict = "distinguishable" if row.distinguishable else "not distinguishable"
+        parts.append(f"vs K = {row.other_k}: {row.ratio:.2f}x [{row.ratio_low:.2f}, "
+                     f"{row.ratio_high:.2f}], {verdict}")  # fmt: skip
+    return "; ".join(parts) + " (paired within prompt)"
+
+
+def _speedup_drawer(
+    theory: pd.DataFrame, calibration: pd.DataFrame, contrasts: pd.DataFrame
+) -> Draw:
+    """Draws measured speedups with their interval, the Thm 3.8 prediction made before timing
+    (a calibration's alpha, c and s(K), measured apart from these runs), the in-run Thm 3.8
+    check, and whether the best K is told apart from the smallest and largest K."""
 
     def draw(ax: Axes, rows: pd.DataFrame, table: pd.DataFrame) -> None:
+        key = tuple(rows[PANEL].iloc[0])
         for label, mine in _series(table):
             mine = mine[mine.speedup.notna()]
             err = [mine.speedup - mine.speedup_low, mine.speedup_high - mine.speedup]
             how = _unique(mine, "speedup_interval")
             ax.errorbar(mine.k, mine.speedup, yerr=err, marker="o", capsize=4,
                         label=f"{label}: {how}")  # fmt: skip
-        predicted = _in_panel(theory, tuple(rows[PANEL].iloc[0]))
+        before = _in_panel(calibration, key)
+        if len(before):
+            curve = before.groupby("k").predicted_speedup.mean()
+            ax.plot(
+                curve.index,
+                curve.values,
+                ls="--",
+                marker="^",
+                color="C3",
+                label="Thm 3.8 predicted before timing (calibration: alpha, c, s(K))",
+            )
+        predicted = _in_panel(theory, key)
         for label, pred in predicted.groupby("method") if len(predicted) else []:
-            ax.plot(pred.k, pred.predicted, ls="--", marker="x",
-                    label=f"{label}: Thm 3.8 from this run's alpha, c, s(K)")  # fmt: skip
-            ax.plot(pred.k, pred.predicted_free_scoring, ls=":", label=f"{label}: Thm 3.8, s = 1")
+            ax.plot(
+                pred.k,
+                pred.predicted,
+                ls=":",
+                marker="x",
+                color="0.4",
+                label=f"{label}: Thm 3.8 from these runs' alpha, c, s(K) (a check, not a fit)",
+            )
         ax.axhline(1.0, color="k", lw=0.8, label="no speedup")
-        ax.set_ylabel("speedup over the baseline (×)")
+        ax.set_ylabel("speedup over the baseline (x)")
+        text = _contrast_text(_in_panel(contrasts, key))
+        if text:
+            ax.text(0.02, 0.02, "\n".join(textwrap.wrap(text, 60)), transform=ax.transAxes,
+                    fontsize=7, va="bottom", color="0.2")  # fmt: skip
 
     return draw
 
 
-def speedup_figure(records: pd.DataFrame) -> Figure:
-    """Paired speedup vs K with its interval over prompts, and the Thm 3.8 prediction over it."""
-    title = "Speedup (paired, per prompt) vs Leviathan et al. Thm 3.8"
-    draw = _speedup_drawer(predicted_vs_measured(records))
+def speedup_figure(records: pd.DataFrame, calibration: pd.DataFrame | None = None) -> Figure:
+    """Paired speedup vs K (geometric mean over prompts, 95% interval) with Thm 3.8 overlaid:
+    predicted from a calibration when one is given, and recomputed from the runs' own terms."""
+    title = "Speedup over autoregressive decoding vs K (paired per prompt)"
+    contrasts = stats.k_contrasts(normalize(records))
+    calibration = pd.DataFrame() if calibration is None else calibration
+    if len(calibration) and "cpu_kind" not in calibration:  # as normalize() fills records
+        calibration = calibration.assign(cpu_kind=LEGACY_DEFAULTS["cpu_kind"])
+    draw = _speedup_drawer(predicted_vs_measured(records), calibration, contrasts)
     return _panel_figure(records, title, draw)
 
 

@@ -27,6 +27,7 @@ from ..records import (
 )
 from .aggregate import drafting, normalize, summary
 from .audit import audit_figure, verdict_table
+from .draft_figures import acceptance_position_figure, accepted_length_figure
 from .figures import (
     acceptance_figure,
     loop_latency_figure,
@@ -99,15 +100,23 @@ def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def write_figures(records: pd.DataFrame, out: Path) -> list[Path]:
-    """The vs-K figures when K was swept; the speedup figure needs AR/SpS pairs too."""
+    """The vs-K figures when K was swept (out's parent holds the experiment's tables); the
+    speedup figure needs AR/SpS pairs too, and overlays the calibration's prediction if any."""
     if not has_k_sweep(records):
         log.info("skipping the figures vs K: no task and sampling mode has two or more K")
         return []
     figures = dict(K_FIGURES)
+    tables = {name: out.parent / name for name in (ITERATIONS, CALIBRATION)}
     if stats.paired_runs(normalize(records)).empty:
         log.info("skipping speedup_vs_k: no drafting run has its baseline timed")
     else:
-        figures["speedup_vs_k"] = speedup_figure
+        calibration = tables[CALIBRATION]
+        before = pd.read_parquet(calibration) if calibration.is_file() else None
+        figures["speedup_vs_k"] = lambda frame: speedup_figure(frame, before)
+    if tables[ITERATIONS].is_file():
+        loops = pd.read_parquet(tables[ITERATIONS])
+        figures["accepted_length"] = lambda frame: accepted_length_figure(frame, loops)
+        figures["acceptance_by_position"] = lambda frame: acceptance_position_figure(frame, loops)
     written = []
     for name, make in figures.items():
         written += save_figure(make(records), out / name)

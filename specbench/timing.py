@@ -1,0 +1,154 @@
+"""The timing loop: warm-up before any clock, then every method on every (prompt, repeat).
+
+Seed policy: every (prompt, repeat) gets its own seed (`BenchConfig.seed_for`), and each method
+timed on that prompt and repeat starts a fresh torch.Generator from that same seed (common random
+numbers: the methods see the same stream). Nothing is reseeded inside a decoding loop. The
+order of methods rotates between consecutive (prompt, repeat) pairs to cancel drift.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from . import stats
+from .calibrate import calibrate_first
+from .decoding import GenerationResult
+from .methods import Generate
+from .prepare import Prepared, Timed, bind_methods, encode, warm_kernels
+from .tasks import Prompt
+
+
+@dataclass(frozen=True)
+class Warm:
+    """A job ready to time: its methods bound and warmed up, prompts encoded, forecast made."""
+
+    bound: dict[str, Generate]  # Timed.label -> generate
+    encoded: list[torch.Tensor]  # every prompt of the job, (1, T) ids
+    predicted: dict[str, Any]  # bench.calibrate: the forecast's columns, put on every row
+    calibration: list[dict[str, Any]]  # bench.calibrate: its per-K predictions
+
+
+def warm(prep: Prepared, models: tuple) -> Warm:
+    """Bind, encode, compile and warm up every method (and calibrate, with bench.calibrate):
+    everything before the first clock."""
+    job, device = prep.job, prep.job.backend.device
+    bound = bind_methods(prep, models)
+    encoded = encode(prep)
+    warm_kernels(prep, models, encoded)
+    for _ in range(job.bench.warmup):
+        for generate in bound.values():
+            gen = torch.Generator(device).manual_seed(job.bench.seed)
+            generate(encoded[0], min(job.max_new_tokens, 16), gen)
+    return Warm(bound, encoded, *calibrate_first(prep, models, bound, encoded))
+
+
+def time_runs(prep: Prepared, warmed: Warm, prompts: range) -> tuple[list[dict], list[dict]]:
+    """Time every timed variant on each (prompt, repeat) of the local prompt indices `prompts`;
+    rows for both tables."""
+    job, device = prep.job, prep.job.backend.device
+    bound, encoded, predicted = warmed.bound, warmed.encoded, warmed.predicted
+    rows: list[dict] = []
+    iterations: list[dict] = []
+    cells = [(i, r) for i in prompts for r in range(job.bench.repeats)]
+    bar = tqdm(cells, desc=f"{job.experiment} {job.decoder.name}", unit="run")
+    timed = prep.timed
+    for i, repeat in bar:
+        seed = prep.seed(i, repeat)
+        for variant in rotated(timed, i * job.bench.repeats + repeat):
+            gen = torch.Generator(device).manual_seed(seed)
+            res = bound[variant.label](encoded[i], job.max_new_tokens, gen)
+            rows.append(result_row(prep, variant, prep.prompts[i], repeat, seed, res) | predicted)
+            iterations += iteration_rows(rows[-1], res)
+        bar.set_postfix_str(progress_text(rows))
+    return rows, iterations
+
+
+def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict], list[dict]]:
+    """Warm up, then time every method on every prompt x repeat of the job: rows of the
+    records, iterations and (bench.calibrate) calibration tables."""
+    warmed = warm(prep, models)
+    return *time_runs(prep, warmed, range(len(prep.prompts))), warmed.calibration
+
+
+def rotated(items: list, step: int) -> list:
+    """items in the order of run `step`: the first method moves one place per run (two methods
+    alternate), so drift over a job spreads evenly over them."""
+    shift = step % len(items) if items else 0
+    return items[shift:] + items[:shift]
+
+
+def score_rows(prep: Prepared, rows: list[dict]) -> None:
+    """Add the task's quality columns (ROUGE, pass/fail) to each row, after all timing."""
+    by_id = {p.id: p for p in prep.prompts}
+    for row in tqdm(rows, desc=f"scoring {prep.job.task.name}", unit="row", leave=False):
+        row.update(prep.score(prep.job.task, by_id[row["prompt_id"]], row["completion"]))
+
+
+def result_row(
+    prep: Prepared, variant: Timed, prompt: Prompt, repeat: int, seed: int, res: GenerationResult
+) -> dict[str, Any]:
+    """One tidy row: what ran, its raw timings and counts, the completion."""
+    return {
+        "method": variant.method.name,
+        "paired_with": variant.method.baseline or "",
+        "k": variant.method.k(variant.config),
+        "prompt_id": prompt.id,
+        "repeat": repeat,
+        "seed": seed,
+        "new_tokens": res.num_tokens,
+        "wall_s": res.wall_s,
+        "ms_per_token": res.ms_per_token,
+        "target_calls": res.target_calls,
+        "draft_calls": res.draft_calls,
+        "accepted": sum(res.accepted),
+        "proposed": sum(res.proposed),
+        "drafts": sum(1 for p in res.proposed if p > 0),
+        "tokens_per_call": res.tokens_per_target_call,
+        "alpha": res.mean_expected_acceptance,
+        "draft_s": res.draft_s,
+        "target_s": res.target_s,
+        "overhead_s": res.overhead_s,
+        "stopped_by": res.stopped_by,
+        "load_1m": os.getloadavg()[0],  # other work beside the timing shows here
+        # Scored text: cut at the first EOS (fixed-length runs generate past it), specials
+        # dropped; the raw text keeps every token, special ones included, for re-scoring.
+        "completion": prep.tokenizer.decode(
+            cut_at_eos(res.tokens, prep.eos_token_ids), skip_special_tokens=True
+        ),
+        "completion_raw": prep.tokenizer.decode(res.tokens, skip_special_tokens=False),
+    }
+
+
+def cut_at_eos(tokens: list[int], eos_token_ids: tuple[int, ...]) -> list[int]:
+    """tokens up to (excluding) the first EOS id."""
+    end = next((i for i, t in enumerate(tokens) if t in eos_token_ids), len(tokens))
+    return tokens[:end]
+
+
+def iteration_rows(row: dict[str, Any], res: GenerationResult) -> list[dict]:
+    """One row per drafting iteration of a result: drafts proposed (`k`) and accepted; `run_k`
+    is the run's K (a K sweep times one method at several K on the same prompt)."""
+    head = {name: row[name] for name in ("method", "prompt_id", "repeat")} | {"run_k": row["k"]}
+    return [
+        head | {"iteration": it, "k": k, "accepted": acc}
+        for it, (acc, k) in enumerate(zip(res.accepted, res.proposed, strict=True))
+    ]
+
+
+def progress_text(rows: list[dict]) -> str:
+    """'spec 120.3ms/tok auto 230.1ms/tok acc 0.81' for the progress bar."""
+    frame = pd.DataFrame(rows)
+    parts = [
+        f"{m[:4]}{f'@{k}' if k else ''} {g.ms_per_token.mean():.1f}ms/tok"
+        for (m, k), g in frame.groupby(["method", "k"], sort=False)
+    ]
+    drafting = frame[frame.proposed > 0]
+    if len(drafting):
+        parts.append(f"acc {stats.acceptance_rate(drafting):.2f}")
+    return " ".join(parts)
