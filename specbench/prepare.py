@@ -40,13 +40,20 @@ class Timed:
 
 
 def timed_variants(job: SpecBenchConfig, methods: list[Method]) -> list[Timed]:
-    """The job's methods, a drafting one once per K of decoder.k_sweep (the block design)."""
+    """The job's methods, a drafting one once per K of decoder.k_sweep (and per n of its
+    n_sweep, multidraft's): the block design. The decoder.k (and n_drafts) variant keeps the
+    method's name as its label; the others are "<name>@k=<K>" (",n=<n>")."""
     timed = []
     for entry in methods:
         config = entry.config_from(job.decoder)
+        ns = list(getattr(config, "n_sweep", None) or [None])
         for k in job.decoder.ks() if entry.drafts else [config.k]:
-            label = entry.name if k == job.decoder.k else f"{entry.name}@k={k}"
-            timed.append(Timed(label, entry, config if k == config.k else replace(config, k=k)))
+            for n in ns:
+                sweep = {"k": k} | ({"n_drafts": n} if n is not None else {})
+                variant = replace(config, **sweep) if sweep != {"k": config.k} else config
+                plain = k == job.decoder.k and n in (None, getattr(config, "n_drafts", None))
+                label = entry.name if plain else f"{entry.name}@k={k}" + (f",n={n}" if n else "")
+                timed.append(Timed(label, entry, variant))
     return timed
 
 

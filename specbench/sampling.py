@@ -139,3 +139,57 @@ def verify(
     rows = torch.arange(batch, device=draft_tokens.device)
     next_law = residual(target_probs[rows, n_accepted], padded_draft[rows, n_accepted])  # (B, V)
     return n_accepted, sample(next_law, generator)
+
+
+# --- multi-draft: one tree node, several children (sequence-level speculative sampling) -------
+
+
+def sample_without_replacement(
+    probs: torch.Tensor, n: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """(V,) probabilities -> (n,) distinct ids, drawn one after another without replacement
+    (Gumbel-top-n on log probs; a zero-probability token is never drawn). n <= nonzero ids."""
+    support = int((probs > 0).sum())
+    if n > support:
+        raise ValueError(f"cannot draw {n} distinct tokens from a law with {support} nonzero")
+    u = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=torch.float64)
+    gumbel = -torch.log(-torch.log(u.clamp_(min=1e-300)))  # (V,)
+    keys = torch.where(probs > 0, probs.double().log() + gumbel, float("-inf"))
+    return torch.topk(keys, n).indices  # (n,) descending keys: the order of the draws
+
+
+def verify_node(
+    draws: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    generator: torch.Generator | None,
+    without_replacement: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Multi-draft rejection at a tree node (SpecInfer's multi-step rule; Recursive Speculative
+    Decoding's with `without_replacement`), vectorised over B independent nodes: exactly one
+    token of target_probs per node.
+
+    draws (B, m) each node's children in draw order, every draw its own child even when ids
+    repeat (i.i.d. from draft_probs, or distinct, without replacement); draft_probs (B, V) the
+    one law a node's draws came from; target_probs (B, V). For i = 1..m: accept x_i with
+    probability min(1, P(x_i) / q(x_i)); on rejection P <- normalize(max(0, P - q)) and,
+    without replacement, then q <- q with x_i zeroed, renormalised. All rejected: a fallback
+    draw from the final P. -> (index of the accepted draw, -1 if none (B,), token (B,)).
+    """
+    batch, m = draws.shape
+    target, draft = target_probs.double(), draft_probs.double()  # (B, V)
+    u = torch.rand((batch, m), generator=generator, device=draws.device, dtype=torch.float64)
+    index = torch.full((batch,), -1, dtype=torch.long, device=draws.device)  # (B,)
+    for i in range(m):
+        token = draws[:, i : i + 1]  # (B, 1)
+        passed = (u[:, i : i + 1] * draft.gather(-1, token) < target.gather(-1, token))[:, 0]
+        index = torch.where((index < 0) & passed, i, index)
+        open_ = (index < 0)[:, None]  # (B, 1): still rejecting
+        target = torch.where(open_, residual(target, draft), target)
+        if without_replacement:
+            zeroed = draft.scatter(-1, token, 0.0)
+            mass = zeroed.sum(-1, keepdim=True)
+            draft = torch.where(open_ & (mass > 0), zeroed / mass.clamp(min=1e-300), draft)
+    fallback = sample(target.float(), generator)  # (B,): drawn for every node, used where -1
+    chosen = draws.gather(-1, index.clamp(min=0)[:, None])[:, 0]
+    return index, torch.where(index >= 0, chosen, fallback)

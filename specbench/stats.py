@@ -28,7 +28,7 @@ SETTING = [
 ]  # fmt: skip
 RUN = ["prompt_id", "repeat", "seed"]
 # A method's knobs: what tells apart its rows within one setting.
-KNOBS = ["method", "paired_with", "k", "n_drafts", "draft"]
+KNOBS = ["method", "paired_with", "k", "n_drafts", "drafts_mode", "draft"]
 # How results are reported: one line per (condition, method, knobs); never pooled across CPUs
 # or backends (eager and compiled kernels are different conditions).
 CONDITION = ["task", "sampling", "cpu_kind", "backend"]

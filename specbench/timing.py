@@ -98,6 +98,8 @@ def result_row(
         "method": variant.method.name,
         "paired_with": variant.method.baseline or "",
         "k": variant.method.k(variant.config),
+        "n_drafts": getattr(variant.config, "n_drafts", 1),  # multidraft: sequences per call
+        "drafts_mode": getattr(variant.config, "drafts", ""),  # multidraft: iid | without_...
         "prompt_id": prompt.id,
         "repeat": repeat,
         "seed": seed,

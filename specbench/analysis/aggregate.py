@@ -14,7 +14,9 @@ from .. import stats
 from ..methods import annotate
 
 QUALITY = ("rouge2", "passed")  # XSum ROUGE-2 F, HumanEval pass@1: their means per group
-LEGACY_DEFAULTS = {"cpu_kind": "unrecorded", "prompt_format": "raw", "n_drafts": 1, "draft": ""}
+LEGACY_DEFAULTS = {
+    "cpu_kind": "unrecorded", "prompt_format": "raw", "n_drafts": 1, "drafts_mode": "", "draft": "",
+}  # fmt: skip
 
 
 def normalize(records: pd.DataFrame) -> pd.DataFrame:

@@ -166,16 +166,17 @@ class CachedLM:
         self.length = 0  # cached positions, tracked on the host: reading it never syncs
         self.calls = 0
 
-    def forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
-        """(B, T) new ids -> (B, keep, V) logits of the last `keep` positions."""
+    def forward(self, input_ids: torch.Tensor, keep: int, **tree: torch.Tensor) -> torch.Tensor:
+        """(B, T) new ids -> (B, keep, V) logits of the last `keep` positions. `tree` passes
+        position_ids and a 4D attention_mask for a token tree (eager, dynamic cache)."""
         new = input_ids.shape[1]
         if self.max_len is not None and self.length + new > self.max_len:
             raise ValueError(f"static cache of {self.max_len} positions is full")
-        kwargs = {self._cache_kw: self.cache, "use_cache": True}
+        kwargs = {self._cache_kw: self.cache, "use_cache": True, **tree}
         # On CPU only scoring widths (2..COMPILED_MAX_T) are compiled: a frozen single-token
         # graph measured slower than eager there (1.5B: 267 vs 236 ms; the int4 draft 92 vs
         # 59 ms), while five tokens cost 450 ms compiled against 876 eager (AVX2).
-        decode = self.length > 0 and new <= self.COMPILED_MAX_T
+        decode = self.length > 0 and new <= self.COMPILED_MAX_T and not tree
         decode = decode and not (self.compiled_cpu and new == 1)
         call = self._step if decode else self.model
         if self._keep_kw:
@@ -206,6 +207,18 @@ class CachedLM:
         if n_tokens > 0:
             self.cache.crop(-n_tokens)
             self.length -= n_tokens
+
+    def keep_positions(self, start: int, offsets: list[int]) -> None:
+        """Keep the cached positions before `start` and start + offsets (ascending), drop the
+        rest: a scored token tree's branches off the accepted path. Dynamic cache only."""
+        if self.max_len is not None:
+            raise ValueError("keep_positions needs a dynamic cache (max_len=None)")
+        index = torch.tensor([*range(start), *(start + o for o in offsets)])
+        for layer in self.cache.layers:
+            if getattr(layer, "is_initialized", False):
+                layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
+                layer.values = layer.values.index_select(-2, index.to(layer.values.device))
+        self.length = len(index)
 
 
 @torch.inference_mode()

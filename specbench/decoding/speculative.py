@@ -27,6 +27,9 @@ from .common import (
 # (draft_ids (1, K), draft_probs (1, K, V), target_probs (1, K+1, V), generator)
 #   -> (n_accepted (1,), next_id (1,))
 VerifyFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+# One iteration: (tlm, drafter, ids, n, k_max, sampling, generator, verify_fn, clock)
+#   -> (accepted, drafted depth K', beta per tested position); `step` for a chain
+StepFn = Callable[..., tuple[int, int, torch.Tensor]]
 
 
 class Drafter(Protocol):
@@ -145,6 +148,7 @@ def draft_and_verify(
     verify_fn: VerifyFn = verify,
     max_len: int | None = None,
     compile: bool = False,
+    step_fn: StepFn = step,
 ) -> GenerationResult:
     """Sample up to max_new_tokens after input_ids (1, T); exactly the target's distribution.
 
@@ -152,7 +156,8 @@ def draft_and_verify(
     drafter proposes K' <= K tokens, the target scores [last, x_1..x_K'] in one call, `verify`
     accepts n of them and draws one more, and both caches are cropped to the accepted prefix.
     verify_fn replaces the rejection test (same signature as `verify`): trace replay and the
-    audit's deliberately biased control use it; anything else breaks exactness.
+    audit's deliberately biased control use it; anything else breaks exactness. step_fn
+    replaces the iteration (multi-draft's token tree: `multidraft.tree_step`).
     """
     check_inputs(input_ids, max_new_tokens)
     if k < 1:
@@ -167,7 +172,7 @@ def draft_and_verify(
     betas = []  # per-iteration beta tensors, read back once at the end (no extra sync per loop)
     while n - prompt_len < max_new_tokens:
         k_max = min(k, max_new_tokens - (n - prompt_len) - 1)  # never draft past the budget
-        accepted, k_now, beta = step(
+        accepted, k_now, beta = step_fn(
             tlm, drafter, ids, n, k_max, sampling, generator, verify_fn, clock
         )
         betas.append(beta)

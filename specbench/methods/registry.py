@@ -10,7 +10,7 @@ import pandas as pd
 from hydra.core.config_store import ConfigStore
 
 from ..config import ConfigError, SpecBenchConfig
-from . import autoregressive, hf, prompt_lookup, replay, speculative
+from . import autoregressive, hf, multidraft, prompt_lookup, replay, speculative
 from .base import Method
 
 METHODS: dict[str, Method] = {
@@ -27,6 +27,8 @@ METHODS: dict[str, Method] = {
                auditable=False, baseline="autoregressive", prepare=replay.prepare),
         Method("prompt_lookup", prompt_lookup.PromptLookupConfig, prompt_lookup.bind,
                drafts=True, baseline="autoregressive", compare_with="hf_prompt_lookup"),
+        Method("multidraft", multidraft.MultiDraftConfig, multidraft.bind, needs_draft=True,
+               drafts=True, baseline="autoregressive"),
         Method("hf_prompt_lookup", hf.HFPromptLookupConfig, hf.bind_prompt_lookup, drafts=True,
                global_rng=True, baseline="autoregressive"),
     )
