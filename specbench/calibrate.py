@@ -12,9 +12,10 @@ for K = 1..profile.max_k:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,13 @@ import pandas as pd
 import torch
 
 from .analysis.theory import expected_speedup, expected_tokens_per_loop
-from .config import ConfigError
+from .config import ConfigError, SpecBenchConfig
 from .decoding.common import CachedLM, Clock, model_device, static_cache_len
 from .methods import Generate, method
+from .packaged import cache_root
 from .prepare import Prepared, bind, encode, warm_kernels
 from .profile import profile_model
-from .records import CALIBRATION, write_job
+from .records import CALIBRATION, write_job, write_text
 
 log = logging.getLogger(__name__)
 SPECULATIVE = "speculative"  # the registry method whose loop is predicted
@@ -130,10 +132,49 @@ def verdict(rows: list[dict[str, Any]], k: int, backend: str) -> str:
     return f"{text}. Speculative sampling is predicted SLOWER here: {why}; {hint}."
 
 
+def costs_key(job: SpecBenchConfig) -> str:
+    """What a calibration's measured costs depend on: this CPU and torch, the pair, the
+    kernels, the setting, the widths and the alpha run."""
+    from .provenance import cpu_columns
+
+    backend, profile = job.backend, job.profile
+    parts = {
+        "cpu": cpu_columns(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "models": [(m.name, m.source, m.quantize, m.torch_dtype_name(backend.dtype))
+                   for m in (job.target, job.draft)],
+        "backend": [backend.name, backend.compile, backend.static_cache, backend.prompt_fp32],
+        "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],
+        "widths": [max(job.decoder.ks()), profile.max_k, profile.alpha_prompts,
+                   profile.alpha_tokens, job.bench.seed],
+    }  # fmt: skip
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def reused_costs(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> tuple[Costs, bool]:
+    """The job's costs: measured, or with profile.reuse the ones measured before for the same
+    costs_key (kept in the specbench cache). -> (costs, whether they were reused)."""
+    job = prep.job
+    if not job.profile.reuse:
+        return measure_costs(prep, models, generate, encoded), False
+    path = cache_root() / "calibration.json"
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    key = costs_key(job)
+    if key in known:
+        saved = known[key]
+        return Costs(
+            **saved | {"target_ms": {int(q): v for q, v in saved["target_ms"].items()}}
+        ), True
+    costs = measure_costs(prep, models, generate, encoded)
+    write_text(path, json.dumps(known | {key: asdict(costs)}, indent=1))
+    return costs, False
+
+
 def forecast(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> dict[str, Any]:
     """Measure, predict for K = 1..max_k, log the verdict; the summary's calibration columns."""
     job = prep.job
-    costs = measure_costs(prep, models, generate, encoded)
+    costs, reused = reused_costs(prep, models, generate, encoded)
+    if reused:
+        log.info("calibration: costs measured earlier for this machine, pair and kernels")
     tokens = job.max_new_tokens
     ks = sorted({*range(1, job.profile.max_k + 1), job.decoder.k})
     rows = [predict(costs, k, tokens) for k in ks]
@@ -149,6 +190,7 @@ def forecast(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> dict
         "calibration_scoring_cost": at_k["scoring_cost"],
         "target_step_ms": costs.target_ms[1],
         "target_prefill_ms": costs.target_prefill_ms,
+        "calibration_reused": reused,
     }
 
 

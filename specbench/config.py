@@ -324,6 +324,9 @@ class ProfileConfig:
     # extrapolated linearly, not compiled)
     alpha_prompts: int = 3  # calibration: prompts of the short speculative run behind alpha
     alpha_tokens: int = 48  # calibration: new tokens per prompt of that run
+    # calibration: reuse the costs measured earlier for the same machine, pair, kernels and
+    # setting (kept in the specbench cache) instead of measuring again (the demo does)
+    reuse: bool = False
 
     def __post_init__(self) -> None:
         _require(self.max_q >= 1, f"profile.max_q must be >= 1, got {self.max_q}")

@@ -170,4 +170,5 @@ def summarize(records: pd.DataFrame, headline_k: int | None = None) -> dict[str,
         out[f"{prefix}alpha_mean"] = stats.alpha(mine)
     if "predicted_speedup" in records:  # bench.calibrate: the forecast made before timing
         out["predicted_speedup"] = float(records.predicted_speedup.iloc[0])
+        out["calibration_reused"] = bool(records.calibration_reused.iloc[0])
     return out

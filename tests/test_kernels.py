@@ -147,3 +147,19 @@ def test_avx2_restriction_selects_torch_avx2_kernels():
         [sys.executable, "-c", code], env=os.environ | AVX2_ENV, capture_output=True, text=True
     )
     assert out.stdout.strip() == "AVX2", out.stderr
+
+
+def test_calibration_costs_are_reused_for_the_same_machine_and_pair(tmp_path, monkeypatch):
+    """profile.reuse: the second job with the same key reads the first one's costs."""
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    common = ("+experiment=smoke", "decoder.k=2", "bench.calibrate=true", "profile.max_k=2",
+              "profile.reuse=true", "profile.alpha_tokens=4")  # fmt: skip
+    for i in range(2):
+        out = run_cli(*common, "bench.seed=0", f"results_dir={tmp_path}/r{i}")
+        assert out.returncode == 0, out.stderr[-2000:]
+    first, second = (
+        json.loads(next((tmp_path / f"r{i}").rglob("summary.json")).read_text()) for i in (0, 1)
+    )
+    assert not first["calibration_reused"] and second["calibration_reused"]
+    assert first["predicted_speedup"] == second["predicted_speedup"]
+    assert (tmp_path / "cache" / "calibration.json").is_file()
