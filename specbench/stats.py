@@ -181,6 +181,18 @@ def prompts_needed(sd_log: float, half_width: float, ratio: float, level: float 
     return max(2, math.ceil((z * sd_log * ratio / half_width) ** 2))
 
 
+def detectable_difference(
+    sd_diff: float, n: int, level: float = LEVEL, power: float = 0.8
+) -> float:
+    """The smallest paired mean difference n prompts detect with `power` at a two-sided `level`
+    test, from the sd of per-prompt differences: (z_level + z_power) * sd / sqrt(n). (A 5-point
+    pass@1 difference with sd 0.55 needs ~940 problems.)"""
+    if n < 2 or not math.isfinite(sd_diff):
+        return math.nan
+    z = sps.norm.ppf(0.5 + level / 2) + sps.norm.ppf(power)
+    return float(z * sd_diff / math.sqrt(n))
+
+
 # --- acceptance and cost -------------------------------------------------------------------
 
 

@@ -503,3 +503,12 @@ def test_draft_figures_from_iterations():
     assert labels == [f"K = {k} (15 loops)" for k in KS]
     fig = acceptance_position_figure(frame, loops)
     assert [line.get_label() for line in fig.axes[0].get_lines()] == [f"K = {k}" for k in KS]
+
+
+def test_detectable_difference_sizes_table1():
+    """What n paired prompts can detect: ~940 problems for a 5-point pass@1 change (sd 0.55)."""
+    assert abs(stats.detectable_difference(0.55, 940) - 0.05) < 0.001
+    assert np.isnan(stats.detectable_difference(0.5, 1))
+    shown = tables.format_table1(tables.table1(synthetic_records()))
+    assert "Detectable quality difference (80% power)" in shown
+    assert shown["Detectable quality difference (80% power)"].str.startswith("±").any()

@@ -53,7 +53,8 @@ def paired_test(diffs: pd.DataFrame, metric: str) -> tuple[str, float]:
 
 def quality_comparison(runs: pd.DataFrame, metric: str | None) -> dict:
     """A method's quality minus its baseline's on the same runs: mean, CI, test, p-value."""
-    empty = {"quality_diff": np.nan, "quality_diff_low": np.nan, "quality_diff_high": np.nan}
+    empty = {"quality_diff": np.nan, "quality_diff_low": np.nan, "quality_diff_high": np.nan,
+             "quality_detectable": np.nan}  # fmt: skip
     if metric is None:
         return empty | {"test": None, "p_value": np.nan}
     pairs = stats.paired_runs(runs[runs[metric].notna()], value=metric)
@@ -63,7 +64,10 @@ def quality_comparison(runs: pd.DataFrame, metric: str | None) -> dict:
     low, high = stats.bootstrap_ci(pairs.diff_, np.mean, groups=pairs.prompt_id)
     test, p = paired_test(pairs, metric)
     diff = float(pairs.diff_.mean())
-    interval = {"quality_diff": diff, "quality_diff_low": low, "quality_diff_high": high}
+    per_prompt = pairs.groupby("prompt_id").diff_.mean()
+    detectable = stats.detectable_difference(float(per_prompt.std(ddof=1)), len(per_prompt))
+    interval = {"quality_diff": diff, "quality_diff_low": low, "quality_diff_high": high,
+                "quality_detectable": detectable}  # fmt: skip
     return interval | {"test": test, "p_value": p}
 
 
@@ -142,6 +146,10 @@ def format_table1(table: pd.DataFrame) -> pd.DataFrame:
     out["Speedup, median"] = [("" if pd.isna(m) else f"{m:.2f}") for m in median]
     d = table.reindex(columns=["quality_diff", "quality_diff_low", "quality_diff_high"])
     out["Quality - baseline's [95% CI]"] = [_interval(*r, ".3f", True) for r in d.itertuples(False)]
+    detects = table.reindex(columns=["quality_detectable"]).quality_detectable
+    out["Detectable quality difference (80% power)"] = [
+        "" if pd.isna(d) else f"±{d:.3f}" for d in detects
+    ]
     tests = table.reindex(columns=["test", "p_value"]).itertuples(index=False)
     out["Paired test, H0 equal quality (p)"] = [
         "" if pd.isna(t) else f"{t} (p={p:.3g})" for t, p in tests
