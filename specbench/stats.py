@@ -193,6 +193,17 @@ def detectable_difference(
     return float(z * sd_diff / math.sqrt(n))
 
 
+BUSY_MARGIN = 0.5  # load above the cores the timing itself fills, plus this: other work
+
+
+def busy_rows(records: pd.DataFrame) -> pd.Series:
+    """Rows timed beside other work: the 1-minute load above the machine's cores (a 2-thread
+    timing keeps a 2-core machine near 2) by more than BUSY_MARGIN."""
+    if "load_1m" not in records or "cpu_cores" not in records:
+        return pd.Series(False, index=records.index)
+    return records.load_1m > records.cpu_cores + BUSY_MARGIN
+
+
 # --- acceptance and cost -------------------------------------------------------------------
 
 

@@ -512,3 +512,10 @@ def test_detectable_difference_sizes_table1():
     shown = tables.format_table1(tables.table1(synthetic_records()))
     assert "Detectable quality difference (80% power)" in shown
     assert shown["Detectable quality difference (80% power)"].str.startswith("±").any()
+
+
+def test_rows_timed_beside_other_work_are_flagged():
+    frame = synthetic_records().assign(cpu_cores=2, load_1m=2.1)
+    frame.loc[frame.index[:3], "load_1m"] = 3.4
+    assert stats.busy_rows(frame).sum() == 3
+    assert "3 of" in figures.caption(frame) and "beside other work" in figures.caption(frame)

@@ -46,6 +46,9 @@ def caption(records: pd.DataFrame) -> str:
     parts = [pair_caption(records), f"N = {_unique(records, 'max_new_tokens')} new tokens", runs]
     if "git_sha" in records:
         parts.append(f"git {_unique(records, 'git_sha')[:8]}")
+    busy = int(stats.busy_rows(records).sum())
+    if busy:
+        parts.append(f"{busy} of {len(records)} rows timed beside other work (load > cores)")
     return " | ".join(parts)
 
 
