@@ -124,11 +124,12 @@ def verdict(rows: list[dict[str, Any]], k: int, backend: str) -> str:
         if at_k["scoring_cost"] > 1.5
         else f"a draft step costs {at_k['c']:.2f} target steps"
     )
-    hint = (
-        "try backend=cpu_compiled (or cpu_auto)"
-        if backend not in ("cpu_compiled", "cpu_auto") and at_k["scoring_cost"] > 1.5
-        else "try a cheaper draft (model@draft=..._fast) or a smaller K"
-    )
+    if backend not in ("cpu_compiled", "cpu_auto") and at_k["scoring_cost"] > 1.5:
+        hint = "try backend=cpu_compiled (or cpu_auto)"
+    elif best["predicted_speedup"] > 1:
+        hint = f"try decoder.k={best['k']} (predicted {best['predicted_speedup']:.2f}x)"
+    else:
+        hint = "try a cheaper draft (a quantized or smaller model@draft=...)"
     return f"{text}. Speculative sampling is predicted SLOWER here: {why}; {hint}."
 
 
