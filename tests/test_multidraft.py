@@ -146,7 +146,7 @@ def test_multidraft_matches_target_joint(pair, n, drafts):
     params = SamplingParams(1.0)
     gen = torch.Generator().manual_seed(99)
     counts = np.zeros(V**M)
-    for _ in range(SAMPLES // 3):
+    for _ in range(SAMPLES // 2):
         res = multidraft_generate(target, draft, PROMPT, k=2, n_drafts=n, drafts=drafts,
                                   max_new_tokens=M, sampling=params, generator=gen)  # fmt: skip
         counts[np.ravel_multi_index(res.tokens[:M], [V] * M)] += 1
