@@ -23,8 +23,9 @@ def with_panels(iterations: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame
     return iterations[iterations.k > 0].merge(runs.drop_duplicates(RUN), on=RUN, how="inner")
 
 
-def accepted_length_figure(records: pd.DataFrame, iterations: pd.DataFrame) -> Figure:
-    """Per K: the fraction of loops that accepted 0..K drafts (all K accepted = a bonus token)."""
+def _loop_figure(records: pd.DataFrame, iterations: pd.DataFrame, title: str, xlabel: str,
+                 ylabel: str, draw) -> Figure:  # fmt: skip
+    """One panel per (task, sampling, CPU kind): draw(ax, that panel's drafting loops)."""
     records = normalize(records)
     loops = with_panels(iterations, records)
     keys = sorted(set(map(tuple, loops[PANEL].values)))
@@ -32,36 +33,36 @@ def accepted_length_figure(records: pd.DataFrame, iterations: pd.DataFrame) -> F
         raise ValueError("no drafting iterations to plot")
     fig, axes = _grid(len(keys))
     for ax, key in zip(axes, keys, strict=True):
-        mine = _in_panel(loops, key)
-        for k, rows in mine[mine.k == mine.run_k].groupby("run_k"):  # loops that drafted K
-            share = rows.accepted.value_counts(normalize=True).reindex(range(k + 1), fill_value=0)
-            ax.plot(share.index, share.values, marker="o", label=f"K = {k} ({len(rows)} loops)")
+        draw(ax, _in_panel(loops, key))
         ax.set_title(_panel_title(key))
-        ax.set_xlabel("drafts accepted in one loop")
-        ax.set_ylabel("fraction of loops")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    return _finish(fig, "Accepted drafts per loop, by K", caption(records))
+    return _finish(fig, title, caption(records))
+
+
+def accepted_length_figure(records: pd.DataFrame, iterations: pd.DataFrame) -> Figure:
+    """Per K: the fraction of loops that accepted 0..K drafts (all K accepted = a bonus token)."""
+
+    def draw(ax, mine: pd.DataFrame) -> None:
+        for k, rows in mine[mine.k == mine.run_k].groupby("run_k"):  # loops that drafted K
+            share = rows.accepted.value_counts(normalize=True).reindex(range(k + 1), fill_value=0)
+            ax.plot(share.index, share.values, marker="o", label=f"K = {k} ({len(rows)} loops)")
+
+    return _loop_figure(records, iterations, "Accepted drafts per loop, by K",
+                        "drafts accepted in one loop", "fraction of loops", draw)  # fmt: skip
 
 
 def acceptance_position_figure(records: pd.DataFrame, iterations: pd.DataFrame) -> Figure:
     """P(draft i accepted | drafts 1..i-1 accepted), by position i, one line per K."""
-    records = normalize(records)
-    loops = with_panels(iterations, records)
-    keys = sorted(set(map(tuple, loops[PANEL].values)))
-    if not keys:
-        raise ValueError("no drafting iterations to plot")
-    fig, axes = _grid(len(keys))
-    for ax, key in zip(axes, keys, strict=True):
-        table = stats.acceptance_by_position(_in_panel(loops, key), by=["run_k"])
+
+    def draw(ax, mine: pd.DataFrame) -> None:
+        table = stats.acceptance_by_position(mine, by=["run_k"])
         for k, rows in table.groupby("run_k"):
             ax.plot(rows.position, rows.rate, marker="o", label=f"K = {k}")
-        ax.set_title(_panel_title(key))
-        ax.set_xlabel("draft position i")
-        ax.set_ylabel("P(accept i | 1..i-1 accepted)")
-        ax.set_xticks(np.arange(1, int(loops.k.max()) + 1))
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return _finish(fig, "Acceptance by draft position, by K", caption(records))
+        ax.set_xticks(np.arange(1, int(mine.run_k.max()) + 1))
+
+    return _loop_figure(records, iterations, "Acceptance by draft position, by K",
+                        "draft position i", "P(accept i | 1..i-1 accepted)", draw)  # fmt: skip
