@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import re
@@ -36,11 +37,17 @@ FAILED: list[str] = []  # "job: error" for each job of this process that raised
 JOB_DIRS: list[Path] = []  # every job this process ran or skipped
 log = logging.getLogger("specbench")
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENOSPC)
+MAX_NAME = 200  # a job folder name, in characters (file systems allow 255 bytes)
 
 
 def job_dirname(override_dirname: str) -> str:
-    """Sweep folder name from Hydra's override_dirname; 'default' when nothing is overridden."""
-    return re.sub(r"[^\w.,=@+-]", "_", override_dirname) or "default"
+    """Sweep folder name from Hydra's override_dirname; 'default' when nothing is overridden.
+    A name past MAX_NAME characters (file paths among the overrides) is cut and suffixed with
+    a hash of the whole, so it still names one job and fits a file system's 255 bytes."""
+    name = re.sub(r"[^\w.,=@+-]", "_", override_dirname) or "default"
+    if len(name) <= MAX_NAME:
+        return name
+    return f"{name[: MAX_NAME - 13]}-{hashlib.sha1(name.encode()).hexdigest()[:12]}"
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")

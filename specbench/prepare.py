@@ -4,7 +4,9 @@ the kernels chosen (cpu_auto) and compiled (backend.compile) before any clock st
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -135,21 +137,36 @@ def prepare(job: SpecBenchConfig) -> Prepared:
 
 
 def bind(
-    prep: Prepared, models: tuple, entry: Method, config: DecoderConfig | None = None
-) -> Generate:
+    prep: Prepared, models: tuple, entry: Method, config: DecoderConfig | None = None,
+    label: str | None = None,
+) -> Generate:  # fmt: skip
     """One registry method bound to the loaded models with the job's options (at `config`, by
-    default the job's decoder carried over to the method)."""
+    default the job's decoder carried over to the method; `label`: its timed variant's)."""
     job, backend = prep.job, prep.job.backend
     options = DecodeOptions(
         job.sampling.params(), prep.stop, prep.vocab_size, backend.static_cache, backend.compile
     )
     config = config or entry.config_from(job.decoder)
-    return entry.bind(config, Models(*models), options, prep.prepared.get(entry.name))
+    prepared = prep.prepared.get(label or entry.name, prep.prepared.get(entry.name))
+    return entry.bind(config, Models(*models), options, prepared)
 
 
 def bind_methods(prep: Prepared, models: tuple) -> dict[str, Generate]:
     """Every timed variant of the job bound to the loaded models, once: label -> generate."""
-    return {t.label: bind(prep, models, t.method, t.config) for t in prep.timed}
+    return {t.label: bind(prep, models, t.method, t.config, t.label) for t in prep.timed}
+
+
+def start_engines(prep: Prepared, job_dir: Path, stack: ExitStack) -> Prepared:
+    """The external engines of the job's timed variants (llama.cpp's server), one per variant,
+    each logging to <job>/<label>.engine.log and stopped when `stack` closes."""
+    started = {
+        t.label: stack.enter_context(
+            t.method.engine(t.config, prep.job, job_dir / f"{t.label}.engine.log")
+        )
+        for t in prep.timed
+        if t.method.engine
+    }
+    return replace(prep, prepared=prep.prepared | started) if started else prep
 
 
 def generate(

@@ -1,7 +1,9 @@
 """Scoring profile: forward latency for q = 1..max_q new tokens against a cached prefix.
 
 The paper's central assumption is that scoring K+1 tokens in one target call costs about one
-decoding step; this measures it on the user's hardware for the target and the draft.
+decoding step; this measures it on the user's hardware for the target and the draft, and (with
+profile.trees) what multi-draft's token trees cost: n branches of depth K scored in one call
+under a tree mask, 1 + n*K nodes, beside a chain of the same width.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 import torch
 
 from .decoding.common import CachedLM, Clock, head_width, model_device, static_cache_len
+from .decoding.multidraft import Tree
 
 
 @torch.inference_mode()
@@ -22,9 +25,11 @@ def profile_model(
     repeats: int,
     compile: bool = False,
     max_len: int | None = None,
+    trees: list[tuple[int, int]] = (),
 ) -> list[dict]:
-    """Rows (q, repeat, ms): one forward of q tokens after a cached prefix, then cropped back,
-    through the backend's path when asked (a static cache of max_len positions; compiled)."""
+    """Rows (shape, q, repeat, ms): one forward of q tokens after a cached prefix, then cropped
+    back, through the backend's path when asked (a static cache of max_len positions;
+    compiled); then each (n, K) of `trees` as a token tree of 1 + n*K nodes (dynamic cache)."""
     device = model_device(model)
     if compile and max_len is None:
         max_len = static_cache_len(prefix.shape[1] + max_q)
@@ -41,7 +46,37 @@ def profile_model(
             clock.lap("forward")
             lm.rollback(q)
             if repeat >= 0:
-                rows.append({"q": q, "repeat": repeat, "ms": 1e3 * clock.total()})
+                rows.append({"shape": "chain", "q": q, "repeat": repeat, "ms": 1e3 * clock.total()})
+    return rows + [row for n, k in trees for row in _tree_rows(lm, vocab, n, k, repeats)]
+
+
+def branches(n: int, k: int, vocab: int) -> Tree:
+    """A tree of n disjoint branches of depth k below the root (distinct tokens per node)."""
+    tree = Tree(tokens=[0])
+    for branch in range(n):
+        node = 0
+        for depth in range(k):
+            node = tree.add(node, (1 + branch * k + depth) % vocab)
+    return tree
+
+
+def _tree_rows(lm: CachedLM, vocab: int, n: int, k: int, repeats: int) -> list[dict]:
+    """Rows for one (n, K): the tree's nodes scored in one call, as multidraft's tree_step does."""
+    tree, device = branches(n, k, vocab), model_device(lm.model)
+    dtype = next(lm.model.parameters()).dtype
+    tokens = torch.tensor([tree.tokens], device=device)  # (1, N)
+    positions = torch.tensor([tree.depth], device=device) + lm.length  # (1, N)
+    mask = tree.attention(lm.length, dtype, device)  # (1, 1, N, past + N)
+    rows = []
+    for repeat in range(-1, repeats):
+        clock = Clock(device)
+        lm.forward(tokens, keep=len(tree.tokens), position_ids=positions, attention_mask=mask)
+        clock.lap("forward")
+        lm.rollback(len(tree.tokens))
+        if repeat >= 0:
+            shape = f"tree n={n} K={k}"
+            rows.append({"shape": shape, "q": len(tree.tokens), "repeat": repeat,
+                         "ms": 1e3 * clock.total(), "n_drafts": n, "k": k})  # fmt: skip
     return rows
 
 
@@ -60,18 +95,30 @@ def run_profile(prep, models: tuple, job_dir: Path, shared: dict) -> dict:
         if model is not None:
             cached = job.backend.static_cache or job.backend.compile
             max_len = static_cache_len(prefix.shape[1] + job.profile.max_q) if cached else None
+            trees = [tuple(t) for t in job.profile.trees] if role == "target" else []
             for row in profile_model(
-                model, prefix, job.profile.max_q, job.bench.repeats, job.backend.compile, max_len
-            ):
+                model, prefix, job.profile.max_q, job.bench.repeats, job.backend.compile, max_len,
+                trees,
+            ):  # fmt: skip
                 rows.append(shared | {"model": role, "prefix_tokens": prefix.shape[1]} | row)
     table = pd.DataFrame(rows)
-    ms_at_1 = table[table.q == 1].groupby("model").ms.median()
+    summary = profile_summary(table, job.profile.max_q)
+    write_job(job_dir, {PROFILE: table}, summary | {"finished": time.time()})
+    return summary
+
+
+def profile_summary(table, max_q: int) -> dict[str, float]:
+    """Median ms of chosen widths per model, of each tree shape, and the paper's c."""
+    chain, trees = table[table["shape"] == "chain"], table[table["shape"] != "chain"]
+    ms_at_1 = chain[chain.q == 1].groupby("model").ms.median()
     summary = {
         f"{role}_ms_q{q}": float(g.ms.median())
-        for (role, q), g in table.groupby(["model", "q"])
-        if q in (1, 4, 8, job.profile.max_q)
-    } | {f"{role}_ms_q1": float(v) for role, v in ms_at_1.items()}
+        for (role, q), g in chain.groupby(["model", "q"])
+        if q in (1, 4, 5, 8, max_q)
+    } | {
+        f"target_ms_tree_n{n}_k{k}": float(g.ms.median())
+        for (n, k), g in trees.groupby(["n_drafts", "k"])
+    }
     if {"target", "draft"} <= set(ms_at_1.index):  # the paper's c: a draft step / a target step
         summary["c"] = float(ms_at_1["draft"] / ms_at_1["target"])
-    write_job(job_dir, {PROFILE: table}, summary | {"finished": time.time()})
     return summary

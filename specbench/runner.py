@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,7 @@ from .audit import run_audit
 from .calibrate import run_calibrate
 from .config import ConfigError, SpecBenchConfig
 from .models import ModelPool
-from .prepare import (
-    Prepared,
-    prepare,
-    resolve_kernels,
-)
+from .prepare import Prepared, prepare, resolve_kernels, start_engines
 from .profile import run_profile
 from .provenance import git_dirty, provenance
 from .records import (
@@ -86,6 +84,7 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",
         "task": job.task.name,
         "prompt_format": job.task.prompt_format,
+        "task_options": json.dumps(job.task.options, sort_keys=True),  # what else shapes a prompt
         "fixed_length": job.bench.fixed_length,
         "max_new_tokens": job.max_new_tokens,
     }
@@ -144,7 +143,8 @@ def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[st
     models = pool.get(job.target, job.draft if prep.uses_draft else None, job.backend)
     shared = job_columns(job, job_id, prep.uses_draft) | provenance(job.backend.device)
     write_text(job_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    with track(job, job_dir) as tracker:
+    with track(job, job_dir) as tracker, ExitStack() as engines:
+        prep = start_engines(prep, job_dir, engines)  # llama.cpp's server; stopped on exit
         kind = KINDS[job.bench.kind]
         summary = kind.run(prep, models, job_dir, shared | {"pair_loads": pool.loads})
         tracker.log(cfg, summary, pd.read_parquet(job_dir / kind.table))

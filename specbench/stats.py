@@ -2,9 +2,9 @@
 
 Rows are the tidy records of `runner`: one per (job, prompt, repeat, method). A row whose
 `paired_with` names a method is compared with that method's row on the same run: the same
-setting (task, prompt format, sampling, target, dtype, backend, budget, CPU kind) and the same
-(prompt, repeat, seed), in any job, so one baseline per prompt serves a whole K sweep. Runs
-that differ in anything but the method and its knobs are never paired.
+setting (task, prompt format and options, sampling, target, dtype, backend, budget, CPU kind)
+and the same (prompt, repeat, seed), in any job, so one baseline per prompt serves a whole K
+sweep. Runs that differ in anything but the method and its knobs are never paired.
 
 The headline ratio is the geometric mean over prompts of per-prompt ratios (repeats of a prompt
 averaged on the log scale first), with a t interval on the log ratios; the median is kept as a
@@ -23,8 +23,8 @@ from scipy import stats as sps
 
 # What two runs must share to be compared (those columns the records have).
 SETTING = [
-    "experiment", "task", "prompt_format", "sampling", "target", "dtype", "backend",
-    "max_new_tokens", "cpu_kind",
+    "experiment", "task", "prompt_format", "task_options", "sampling", "target", "dtype",
+    "backend", "max_new_tokens", "cpu_kind",
 ]  # fmt: skip
 RUN = ["prompt_id", "repeat", "seed"]
 # A method's knobs: what tells apart its rows within one setting.

@@ -124,7 +124,7 @@ def result_row(
             cut_at_eos(res.tokens, prep.eos_token_ids), skip_special_tokens=True
         ),
         "completion_raw": prep.tokenizer.decode(res.tokens, skip_special_tokens=False),
-    }
+    } | res.engine  # an external engine's own counts and timings (llama.cpp)
 
 
 def cut_at_eos(tokens: list[int], eos_token_ids: tuple[int, ...]) -> list[int]:

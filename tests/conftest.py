@@ -17,6 +17,18 @@ ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist, each worker (and the CLI runs it starts) gets its share of the cores
+    as torch threads, so parallel workers do not oversubscribe the CPU."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        import torch
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def compose_cfg():
     """compose_cfg([...overrides], base="+experiment=smoke") -> DictConfig, as the CLI builds it.

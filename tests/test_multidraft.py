@@ -14,8 +14,11 @@ from stats_helpers import chi2_pvalue
 from test_exactness import PROMPT, SAMPLES, M, V, exact_joint
 
 from specbench import SamplingParams, speculative_generate
+from specbench.config import ConfigError
 from specbench.decoding.common import CachedLM
 from specbench.decoding.multidraft import Tree, multidraft_generate
+from specbench.profile import branches, profile_model
+from specbench.runner import to_config
 from specbench.sampling import residual, verify_node
 from specbench.tiny import perturbed_copy, tiny_model
 
@@ -138,6 +141,24 @@ def test_tree_scoring_matches_each_path(pair):
                 up = tree.parent[up]
             full = target(torch.cat([PROMPT[:, :-1], torch.tensor([path])], 1)).logits[0, -1]
             assert torch.allclose(logits[node], full, atol=1e-4), node
+
+
+def test_scoring_profile_times_token_trees_beside_chains(pair):
+    """profile.trees: n branches of depth K scored in one call, 1 + n*K nodes, after the chains;
+    the cache is cropped back after each call."""
+    target, _ = pair
+    rows = profile_model(target, PROMPT, 3, 2, trees=[(1, 2), (2, 2)])
+    shapes = {(r["shape"], r["q"]) for r in rows}
+    assert shapes == {("chain", 1), ("chain", 2), ("chain", 3), ("tree n=1 K=2", 3),
+                      ("tree n=2 K=2", 5)}  # fmt: skip
+    assert all(r["ms"] > 0 for r in rows) and len(rows) == 3 * 2 + 2 * 2
+    tree = branches(2, 2, V)
+    assert tree.depth == [0, 1, 2, 1, 2] and tree.parent == [-1, 0, 1, 0, 3]
+
+
+def test_token_tree_profile_needs_a_dynamic_cache(compose_cfg):
+    with pytest.raises(ConfigError, match="dynamic cache"):
+        to_config(compose_cfg(["backend=cpu_compiled", "profile.trees=[[2,4]]"]))
 
 
 @pytest.mark.parametrize("n, drafts", [(3, "iid"), (2, "without_replacement")])

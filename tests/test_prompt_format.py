@@ -163,3 +163,15 @@ def test_rows_say_how_they_were_prompted(compose_cfg):
     for fmt in ("raw", "chat"):
         job = to_config(compose_cfg([f"task.prompt_format={fmt}"]))
         assert job_columns(job, "job", False)["prompt_format"] == fmt
+
+
+def test_rows_carry_the_task_options_that_shape_a_prompt(compose_cfg):
+    """XSum's article cut (a loader option) is a column, and runs that differ in it never pair."""
+    import json
+
+    from specbench import stats
+
+    job = to_config(compose_cfg(["task=xsum", "task.options.max_document_chars=600"]))
+    options = json.loads(job_columns(job, "job", False)["task_options"])
+    assert options["max_document_chars"] == 600
+    assert "task_options" in stats.SETTING

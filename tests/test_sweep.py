@@ -201,3 +201,14 @@ def test_stopping_rule(compose_cfg):
     size, why = next_block(10, wide, job)  # (1.96 * 0.12 * 2 / 0.05)^2 = 88.5 -> 89 - 10
     assert why == "adding" and size == 79
     assert next_block(88, wide, job)[0] == MIN_BLOCK
+
+
+def test_a_long_job_name_is_cut_and_hashed_to_fit_a_file_name():
+    """File paths among the overrides can pass 255 bytes; the folder still names one job."""
+    from specbench.__main__ import MAX_NAME, job_dirname
+
+    long = "decoder.model_file=/" + "x" * 300 + ".gguf"
+    name = job_dirname(long)
+    assert len(name) == MAX_NAME and name == job_dirname(long)
+    assert name != job_dirname(long.replace("x", "y", 1))
+    assert job_dirname("decoder.k=2") == "decoder.k=2" and job_dirname("") == "default"

@@ -256,10 +256,19 @@ def speedup_figure(records: pd.DataFrame, calibration: pd.DataFrame | None = Non
     return _panel_figure(records, title, draw)
 
 
+def _tree_points(ax, trees: pd.DataFrame, base: float) -> None:
+    """Multi-draft token trees (profile.trees) as points at their node count, relative to q = 1."""
+    for shape, rows in trees.groupby("shape", sort=True):
+        ax.plot(rows.q.iloc[0], rows.ms.median() / base, marker="*", ms=11, ls="none",
+                label=f"{shape} ({rows.q.iloc[0]} nodes, tree mask)")  # fmt: skip
+
+
 def scoring_profile_figure(profile: pd.DataFrame, text: str | None = None) -> Figure:
     """Latency of scoring q new tokens against a cached prefix, relative to q = 1, per model."""
     fig, (ax,) = _grid(1, width=6.0, height=4.2)
-    for model, rows in profile.groupby("model", sort=True):
+    shape = profile.get("shape", pd.Series("chain", index=profile.index)).fillna("chain")
+    profile = profile.assign(shape=shape)  # older profiles: every row a chain
+    for model, rows in profile[shape == "chain"].groupby("model", sort=True):
         base = rows.loc[rows.q == rows.q.min(), "ms"].median()
         rel = (rows.ms / base).groupby(rows.q)
         q = np.asarray(rel.median().index)
@@ -267,6 +276,7 @@ def scoring_profile_figure(profile: pd.DataFrame, text: str | None = None) -> Fi
         lines = ax.plot(q, rel.median(), marker="o", label=label)
         band = (rel.quantile(0.25), rel.quantile(0.75))
         ax.fill_between(q, *band, alpha=0.2, color=lines[0].get_color())
+        _tree_points(ax, profile[(shape != "chain") & (profile.model == model)], base)
     ax.axhline(1.0, color="k", ls="--", label="free parallel scoring (y = 1)")
     ax.set_xlabel("q (new tokens scored in one call against a cached prefix)")
     ax.set_ylabel("latency relative to q = 1 (×)")

@@ -32,12 +32,14 @@ class AuditedDecoder:
 
 
 def audited_decoder(
-    entry: Method, cfg, models: Models, sampling: SamplingParams, vocab_size: int
-) -> AuditedDecoder:
-    """The registry method `entry` with its config, bound to the pair for the audit."""
+    entry: Method, cfg, models: Models, sampling: SamplingParams, vocab_size: int,
+    prepared: object = None,
+) -> AuditedDecoder:  # fmt: skip
+    """The registry method `entry` with its config (and per-job preparation or engine, as the
+    job made them), bound to the pair for the audit."""
     options = DecodeOptions(sampling, stop=None, vocab_size=vocab_size)
     budget = entry.k(cfg) + 1 if entry.drafts else POSITIONS
-    return AuditedDecoder(entry.bind(cfg, models, options, None), budget, entry.global_rng)
+    return AuditedDecoder(entry.bind(cfg, models, options, prepared), budget, entry.global_rng)
 
 
 @dataclass

@@ -78,7 +78,8 @@ def audit_prefix(prep, models: tuple, index: int, vocab: int, bar: tqdm) -> tupl
     ids = prep.tokenizer(prep.prompts[index].text, return_tensors="pt").input_ids
     ids = ids.to(job.backend.device)  # (1, T)
     entry, sampling = method(job.decoder.name), job.sampling.params()
-    decoder = audited_decoder(entry, job.decoder, Models(*models), sampling, vocab)
+    prepared = prep.prepared.get(entry.name)  # llama.cpp's server, started by the runner
+    decoder = audited_decoder(entry, job.decoder, Models(*models), sampling, vocab, prepared)
     seed = job.bench.seed_for(index)
     samples, tests, tokens = audit_samples(
         decoder, models[0], ids, sampling, vocab, job.audit, seed, bar.update

@@ -64,6 +64,8 @@ class GenerationResult:
     proposed: list[int] = field(default_factory=list)  # per iteration: drafts proposed (K)
     expected_acceptance: list[float] = field(default_factory=list)  # per tested position: beta
     stopped_by: str = "length"  # "length", "eos" or "stop_string"
+    # an external engine's own counters (llama.cpp): row columns, over those computed here
+    engine: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -57,12 +58,16 @@ class Method:
     bind: Bind  # binds the method to a job's models once
     needs_draft: bool = False  # the job loads a draft model
     drafts: bool = False  # proposes tokens: rows carry k, iterations, acceptance, alpha
-    global_rng: bool = False  # samples from torch's global RNG (transformers): the audit
-    # gives each call its own seed
+    global_rng: bool = False  # samples from an RNG of its own, seeded per call (transformers'
+    # global RNG, llama.cpp's per-request seed): the audit gives each call its own seed
     auditable: bool = True  # its output law should be the target's (replay's is not)
     baseline: str | None = None  # rows' paired_with: speedups are over this method
     compare_with: str | None = None  # bench.compare_hf: another engine's version of it
     prepare: Callable[[Any, Runs], Any] | None = None  # per-job work before models load
+    # an external engine the method drives (llama.cpp's server): (config, job, log path) ->
+    # a context manager, entered once per job and timed variant, closed on every exit path;
+    # what it yields is bind's last argument
+    engine: Callable[[Any, Any, Any], AbstractContextManager] | None = None
 
     def config_from(self, decoder: DecoderConfig) -> DecoderConfig:
         """This method's config carrying over the fields it shares with the job's decoder

@@ -10,7 +10,7 @@ import pandas as pd
 from hydra.core.config_store import ConfigStore
 
 from ..config import ConfigError, SpecBenchConfig
-from . import autoregressive, hf, multidraft, prompt_lookup, replay, speculative
+from . import autoregressive, hf, llamacpp, multidraft, prompt_lookup, replay, speculative
 from .base import Method
 
 METHODS: dict[str, Method] = {
@@ -31,6 +31,10 @@ METHODS: dict[str, Method] = {
                drafts=True, baseline="autoregressive"),
         Method("hf_prompt_lookup", hf.HFPromptLookupConfig, hf.bind_prompt_lookup, drafts=True,
                global_rng=True, baseline="autoregressive"),
+        Method("llamacpp", llamacpp.LlamaCppConfig, llamacpp.bind, global_rng=True,
+               engine=llamacpp.engine),
+        Method("llamacpp_speculative", llamacpp.LlamaCppSpeculativeConfig, llamacpp.bind,
+               drafts=True, global_rng=True, baseline="llamacpp", engine=llamacpp.engine),
     )
 }  # fmt: skip
 
