@@ -116,7 +116,7 @@ def profile_summary(table, max_q: int) -> dict[str, float]:
         for (role, q), g in chain.groupby(["model", "q"])
         if q in (1, 4, 5, 8, max_q)
     } | {
-        f"target_ms_tree_n{n}_k{k}": float(g.ms.median())
+        f"target_ms_tree_n{int(n)}_k{int(k)}": float(g.ms.median())
         for (n, k), g in trees.groupby(["n_drafts", "k"])
     }
     if {"target", "draft"} <= set(ms_at_1.index):  # the paper's c: a draft step / a target step

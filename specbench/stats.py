@@ -242,8 +242,9 @@ def per_call_s(frame: pd.DataFrame, seconds: str, calls: str) -> float:
 
 
 def cost_ratios(method_rows: pd.DataFrame, base_rows: pd.DataFrame) -> dict[str, float]:
-    """c = draft call / baseline target call; s = method's target call / baseline's (s(K))."""
-    base = per_call_s(base_rows, "target_s", "target_calls")
+    """c = draft call / baseline target call; s = method's target call / baseline's (s(K));
+    NaN where the baseline's calls are not timed apart (an external engine's)."""
+    base = per_call_s(base_rows, "target_s", "target_calls") or float("nan")
     return {
         "c": per_call_s(method_rows, "draft_s", "draft_calls") / base,
         "scoring_cost": per_call_s(method_rows, "target_s", "target_calls") / base,

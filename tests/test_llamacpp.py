@@ -97,6 +97,8 @@ def test_a_job_times_both_llama_cpp_methods_through_the_registry(tmp_path, monke
     assert spec.paired_with == "llamacpp" and spec.k == 2 and spec.proposed == 16
     assert spec.accepted == 15 and spec.engine_predicted_n == 16 and spec.engine_prompt_ids_match
     assert (spec["dtype"], spec["draft"], spec["draft_dtype"]) == ("all_f32", "t", "all_f32")
+    plain = records[records.method == "llamacpp"].iloc[0]  # its own server: no draft model
+    assert plain.proposed == 0 and plain["draft"] == "" and plain.k == 0
     assert len(list(tmp_path.rglob("*.engine.log"))) == 2
 
 
@@ -134,3 +136,15 @@ def test_real_server_greedy_is_transformers_greedy_on_the_same_weights(tiny_serv
     assert res.tokens == ours
     assert res.engine["proposed"] > 0 and res.engine["accepted"] >= res.engine["proposed"] - 3
     assert llamacpp.prompt_parity(server, prompt)["engine_prompt_ids_match"]
+
+
+def test_the_baseline_is_not_the_speculative_schema(compose_cfg):
+    """llama.cpp's speculative schema extends its autoregressive one; the baseline timed beside
+    it must still get the plain schema (no draft model, no K)."""
+    from specbench.methods import method
+    from specbench.runner import to_config
+
+    job = to_config(compose_cfg(["decoder=llamacpp_speculative"]))
+    baseline = method("llamacpp").config_from(job.decoder)
+    assert type(baseline) is llamacpp.LlamaCppConfig
+    assert not isinstance(baseline, llamacpp.LlamaCppSpeculativeConfig)

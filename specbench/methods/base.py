@@ -72,7 +72,7 @@ class Method:
     def config_from(self, decoder: DecoderConfig) -> DecoderConfig:
         """This method's config carrying over the fields it shares with the job's decoder
         (a comparison or baseline method runs at the decoder's k)."""
-        if isinstance(decoder, self.config):
+        if type(decoder) is self.config:  # not isinstance: a subclass is another method's schema
             return decoder
         names = {f.name for f in fields(self.config)} - {"name"}
         shared = {n: getattr(decoder, n) for n in names if hasattr(decoder, n)}
