@@ -124,8 +124,8 @@ def verdict(rows: list[dict[str, Any]], k: int, backend: str) -> str:
         if at_k["scoring_cost"] > 1.5
         else f"a draft step costs {at_k['c']:.2f} target steps"
     )
-    if backend not in ("cpu_compiled", "cpu_auto") and at_k["scoring_cost"] > 1.5:
-        hint = "try backend=cpu_compiled (or cpu_auto)"
+    if backend not in ("cpu_avx2", "cpu_compiled", "cpu_auto") and at_k["scoring_cost"] > 1.5:
+        hint = "try backend=cpu_auto (or cpu_avx2, cpu_compiled)"
     elif best["predicted_speedup"] > 1:
         hint = f"try decoder.k={best['k']} (predicted {best['predicted_speedup']:.2f}x)"
     else:
@@ -143,7 +143,8 @@ def costs_key(job: SpecBenchConfig) -> str:
         "cpu": cpu_columns(), "threads": torch.get_num_threads(), "torch": torch.__version__,
         "models": [(m.name, m.source, m.quantize, m.torch_dtype_name(backend.dtype))
                    for m in (job.target, job.draft)],
-        "backend": [backend.name, backend.compile, backend.static_cache, backend.prompt_fp32],
+        "backend": [backend.name, backend.compile, backend.static_cache, backend.prompt_fp32,
+                    backend.rows_kernel],
         "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],
         "widths": [max(job.decoder.ks()), profile.max_k, profile.alpha_prompts,
                    profile.alpha_tokens, job.bench.seed],

@@ -106,8 +106,11 @@ class BackendConfig:
     compile: bool = False  # torch.compile decode steps (implies static_cache); GPU: CUDA
     # graphs; CPU: inductor freezing + CPP GEMM templates (specbench.kernels), cached on disk
     prompt_fp32: bool = False  # prompt-width matmuls in fp32 (CPUs without native bf16: AVX2)
-    # cpu_auto: compile + static_cache + prompt_fp32 are set at start from a measured eager
-    # bf16 micro-benchmark (specbench.kernels.auto_compile, cached per CPU), recorded in rows
+    # decode and scoring matmuls (<= 17 rows) of bf16 weights through specbench's AVX2 row
+    # kernel (specbench.cpu_gemm; built once, no graph compile): CPUs without native bf16
+    rows_kernel: bool = False
+    # cpu_auto: rows_kernel (or compile) + prompt_fp32 are set at start from a measured eager
+    # bf16 micro-benchmark (specbench.kernels.auto_kernels, cached per CPU), recorded in rows
     auto_kernels: bool = False
     static_cache: bool = False  # preallocated KV cache, rollback by position (gpt-fast style)
     device_map: str | None = None  # the target only: "auto" spreads it over GPUs (accelerate)
@@ -119,6 +122,16 @@ class BackendConfig:
         _require(self.dtype in DTYPES, f"backend.dtype must be one of {DTYPES}, got {self.dtype}")
         _require(
             self.num_threads is None or self.num_threads >= 1, "backend.num_threads must be >= 1"
+        )
+        _require(
+            not self.rows_kernel or (self.device == "cpu" and self.dtype == "bfloat16"),
+            "backend.rows_kernel is a CPU kernel for bf16 weights: use it with "
+            "backend.device=cpu and backend.dtype=bfloat16",
+        )
+        _require(
+            not (self.rows_kernel and self.compile),
+            "backend: rows_kernel (eager AVX2 kernel) and compile (inductor) are two ways to make "
+            "scoring cheap; set one (backend=cpu_avx2 or backend=cpu_compiled)",
         )
         _require(
             not self.auto_kernels or self.device == "cpu",

@@ -2,13 +2,15 @@
 
 On a CPU without native bf16 dot products (AVX2 only) eager bf16 matmuls are compute-bound from
 two rows on: scoring K+1 tokens costs about K+1 single steps and a 512-token prompt 6.7x its fp32
-time. Two levers, both chosen per backend (conf/backend/cpu_compiled.yaml, cpu_auto.yaml):
+time. The levers, chosen per backend (conf/backend/cpu_avx2.yaml, cpu_compiled.yaml, cpu_auto.yaml):
 
 - compiled decode and scoring calls: inductor with `freezing` (weights become constants) and
   `max_autotune` (its CPP micro-GEMM templates, which read bf16 weights once and accumulate in
   fp32), one graph per call width, kept in a persistent cache (`inductor_cache`);
+- decode and scoring matmuls (<= ROWS_MAX rows) through specbench's AVX2 row kernel
+  (`specbench.cpu_gemm`): K+1 rows read the bf16 weight once, no graph compile (`cpu_avx2`);
 - prompt-width matmuls (> PROMPT_ROWS rows) in fp32, the bf16 weight upcast per call
-  (`PromptFp32Linear`): an fp32 GEMM on MKL is compute-efficient where bf16 is not.
+  (`CpuLinear`): an fp32 GEMM on MKL is compute-efficient where bf16 is not.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ AVX2_ENV = {
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
 }
 PROMPT_ROWS = 8  # calls with more rows than this are prompts (prefill): fp32 under prompt_fp32
+ROWS_MAX = 17  # rows_kernel: calls of up to this many rows (decode, scoring K+1 <= 17)
 AUTO_RATIO = 2.0  # cpu_auto compiles when an eager bf16 linear's T(K+1)/T(1) exceeds this
 
 
@@ -73,36 +76,52 @@ def keep_cache_as_input(cache: object) -> None:
                 del tensor._dynamo_static_input_type
 
 
-class PromptFp32Linear(nn.Module):
-    """A linear layer (nn.Linear or a weight-only one) whose prompt-width calls run in fp32.
+class CpuLinear(nn.Module):
+    """A linear layer (nn.Linear or a weight-only one) with the CPU backend's kernel per width.
 
-    Rows <= PROMPT_ROWS (decode, scoring) go to the wrapped layer unchanged; more rows upcast
-    the float weight per call (27 MB -> 55 MB for a 1.5B MLP, a few ms against a GEMM of
-    hundreds) and cast the output back to the activations' dtype."""
+    rows_kernel: calls of up to ROWS_MAX rows (decode, scoring) of a bf16 nn.Linear go through
+    specbench's AVX2 row kernel (specbench.cpu_gemm). prompt_fp32: calls of more rows (prompts)
+    upcast the float weight per call (27 MB -> 55 MB for a 1.5B MLP, a few ms against a GEMM of
+    hundreds) and cast the output back. Everything else goes to the wrapped layer unchanged."""
 
-    def __init__(self, inner: nn.Module) -> None:
+    def __init__(self, inner: nn.Module, prompt_fp32: bool = True, rows_kernel: bool = False):
         super().__init__()
         self.inner = inner
         self.in_features, self.out_features = inner.in_features, inner.out_features
+        self.prompt_fp32 = prompt_fp32
+        bf16 = isinstance(inner, nn.Linear) and inner.weight.dtype == torch.bfloat16
+        self.rows_kernel = rows_kernel and bf16
 
     def float_weight(self) -> torch.Tensor:
         """The layer's float weight: nn.Linear's own, or a weight-only layer's dense copy."""
         return self.inner.dense if hasattr(self.inner, "dense") else self.inner.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 or x.shape[:-1].numel() <= PROMPT_ROWS:
-            return self.inner(x)
+        rows = x.shape[:-1].numel()
         bias = self.inner.bias
-        out = nn.functional.linear(
-            x.float(), self.float_weight().float(), None if bias is None else bias.float()
-        )
-        return out.to(x.dtype)
+        if self.rows_kernel and x.dtype == torch.bfloat16 and rows <= ROWS_MAX:
+            from .cpu_gemm import bf16_linear
+
+            out = bf16_linear(x.reshape(rows, -1).float(), self.inner.weight)
+            out = out if bias is None else out + bias.float()
+            return out.reshape(*x.shape[:-1], -1).to(x.dtype)
+        if self.prompt_fp32 and x.dtype != torch.float32 and rows > PROMPT_ROWS:
+            weight = self.float_weight().float()
+            out = nn.functional.linear(x.float(), weight, None if bias is None else bias.float())
+            return out.to(x.dtype)
+        return self.inner(x)
 
 
-def prompt_fp32(model: nn.Module) -> nn.Module:
-    """Wrap every linear layer of `model` (in place) so that prompts are computed in fp32."""
+def cpu_linears(model: nn.Module, prompt_fp32: bool, rows_kernel: bool) -> nn.Module:
+    """Wrap every linear layer of `model` (in place) in a CpuLinear with these choices."""
     from .quantize import WeightOnly
 
+    if not (prompt_fp32 or rows_kernel):
+        return model
+    if rows_kernel:
+        from .cpu_gemm import load_kernel
+
+        load_kernel()
     targets = [
         (name, module)
         for name, module in model.named_modules()
@@ -111,7 +130,7 @@ def prompt_fp32(model: nn.Module) -> nn.Module:
     for name, module in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, PromptFp32Linear(module))
+        setattr(parent, child, CpuLinear(module, prompt_fp32, rows_kernel))
     return model
 
 
@@ -135,9 +154,9 @@ def scoring_ratio(k: int) -> float:
     return linear_ms(k + 1) / linear_ms(1)
 
 
-def auto_compile(k: int, cache: Path) -> tuple[bool, float]:
-    """cpu_auto's choice: compile (and fp32 prompts) when scoring_ratio(k) > AUTO_RATIO on this
-    CPU; the ratio is measured once per (CPU, torch capability, threads, K) and kept in `cache`."""
+def measured_scoring_ratio(k: int, cache: Path) -> float:
+    """scoring_ratio(k) on this CPU, measured once per (CPU, torch capability, threads, K) and
+    kept in `cache`."""
     from .provenance import cpu_columns
 
     cpu = cpu_columns()
@@ -149,4 +168,22 @@ def auto_compile(k: int, cache: Path) -> tuple[bool, float]:
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
         os.replace(tmp, cache)
-    return known[key] > AUTO_RATIO, known[key]
+    return known[key]
+
+
+# cpu_auto's choices: the backend fields each one sets
+AUTO_CHOICES = {
+    "eager": {},
+    "rows_kernel": {"rows_kernel": True, "prompt_fp32": True},
+    "compiled": {"compile": True, "static_cache": True, "prompt_fp32": True},
+}
+
+
+def auto_choice(ratio: float) -> str:
+    """cpu_auto: eager where an eager bf16 linear's T(K+1)/T(1) <= AUTO_RATIO (native bf16);
+    otherwise the AVX2 row kernel where it runs, else compiled decode calls."""
+    from .cpu_gemm import unavailable
+
+    if ratio <= AUTO_RATIO:
+        return "eager"
+    return "rows_kernel" if unavailable() is None else "compiled"

@@ -12,7 +12,7 @@ import torch
 
 from .config import BackendConfig, ConfigError, ModelConfig
 from .draft_vocab import narrow_vocab
-from .kernels import prompt_fp32
+from .kernels import cpu_linears
 from .packaged import PACKAGED, locate_parts, lookup, materialize
 from .quantize import quantize_linears
 from .shapes import lookup_shape, shape_model
@@ -166,7 +166,7 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
         tokenizer = load_tokenizer(cfg, cfg.torch_dtype_name(backend.dtype))
         model = narrow_vocab(model, tokenizer, cfg.draft_vocab)
     model = quantize_linears(model, cfg.quantize)
-    return (prompt_fp32(model) if backend.prompt_fp32 else model).eval()
+    return cpu_linears(model, backend.prompt_fp32, backend.rows_kernel).eval()
 
 
 def check_tokenizers(target_tok: Any, draft_tok: Any) -> int:

@@ -14,7 +14,7 @@ import torch
 from .config import ConfigError, DecoderConfig, SpecBenchConfig
 from .decoding import GenerationResult, StopCondition
 from .decoding.common import static_cache_len, warm_compiled
-from .kernels import auto_compile
+from .kernels import AUTO_CHOICES, auto_choice, measured_scoring_ratio
 from .methods import DecodeOptions, Generate, Method, Models, Runs, check_job, job_methods, method
 from .methods import needs_draft as job_needs_draft
 from .models import (
@@ -201,15 +201,18 @@ def warm_kernels(prep: Prepared, models: tuple, encoded: list[torch.Tensor]) -> 
 
 
 def resolve_kernels(prep: Prepared) -> Prepared:
-    """backend.auto_kernels (cpu_auto): compile or not, from this CPU's measured eager scoring
-    cost; the job (and so its rows' compiled / prompt_fp32 columns) carries the choice."""
+    """backend.auto_kernels (cpu_auto): eager, the AVX2 row kernel or compiled calls, from this
+    CPU's measured eager scoring cost; the job (and so its rows' compiled / rows_kernel /
+    prompt_fp32 columns) carries the choice."""
     backend = prep.job.backend
     if not backend.auto_kernels:
         return prep
-    compiled, ratio = auto_compile(prep.job.decoder.k, cache_root() / "kernels.json")
+    ratio = measured_scoring_ratio(prep.job.decoder.k, cache_root() / "kernels.json")
+    choice = auto_choice(ratio)
     log.info(
         "cpu_auto: an eager bf16 linear's T(K+1)/T(1) is %.2f on this CPU: %s", ratio,
-        "compiled decode calls and fp32 prompts" if compiled else "eager kernels",
+        {"eager": "eager kernels", "rows_kernel": "the AVX2 row kernel and fp32 prompts",
+         "compiled": "compiled decode calls and fp32 prompts"}[choice],
     )  # fmt: skip
-    chosen = replace(backend, compile=compiled, static_cache=compiled, prompt_fp32=compiled)
+    chosen = replace(backend, **AUTO_CHOICES[choice])
     return replace(prep, job=replace(prep.job, backend=chosen))

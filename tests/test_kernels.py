@@ -9,7 +9,7 @@ from conftest import run_cli
 
 from specbench import SamplingParams, autoregressive_generate, kernels, speculative_generate
 from specbench.calibrate import Costs, predict, verdict
-from specbench.kernels import AVX2_ENV, PROMPT_ROWS, PromptFp32Linear, prompt_fp32
+from specbench.kernels import AVX2_ENV, PROMPT_ROWS, CpuLinear, cpu_linears
 from specbench.quantize import Int4Linear, WeightOnly, quantize_linears
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
 
@@ -22,7 +22,7 @@ def test_prompt_fp32_linear(rows):
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
     x = torch.randn(1, rows, 64, dtype=torch.bfloat16)
-    out = PromptFp32Linear(linear)(x)
+    out = CpuLinear(linear)(x)
     assert out.dtype == torch.bfloat16
     if rows <= PROMPT_ROWS:
         assert torch.equal(out, linear(x))
@@ -34,8 +34,8 @@ def test_prompt_fp32_linear(rows):
 def test_prompt_fp32_wraps_weight_only_layers_on_their_dense_weight():
     model = quantize_linears(tiny_model("qwen2", seed=3, hidden=64).to(torch.bfloat16), "int4")
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear | WeightOnly)]
-    prompt_fp32(model)
-    wrapped = [m for m in model.modules() if isinstance(m, PromptFp32Linear)]
+    cpu_linears(model, prompt_fp32=True, rows_kernel=False)
+    wrapped = [m for m in model.modules() if isinstance(m, CpuLinear)]
     assert [m.inner for m in wrapped] == layers
     int4 = next(m for m in wrapped if isinstance(m.inner, Int4Linear))
     assert int4.float_weight() is int4.inner.dense
@@ -47,7 +47,8 @@ def test_prompt_fp32_model_greedy_matches_fp32_model():
     ids = byte_tokenizer()("def add(a, b):\n", return_tensors="pt").input_ids
     common = dict(max_new_tokens=16, sampling=GREEDY, generator=None)
     ref = autoregressive_generate(target, ids, **common)
-    assert autoregressive_generate(prompt_fp32(target), ids, **common).tokens == ref.tokens
+    wrapped = cpu_linears(target, prompt_fp32=True, rows_kernel=False)
+    assert autoregressive_generate(wrapped, ids, **common).tokens == ref.tokens
 
 
 @pytest.mark.slow
@@ -106,7 +107,7 @@ def test_prediction_extrapolates_and_counts_prefill():
 def test_verdict_says_what_to_try_when_slower():
     rows = [predict(costs({1: 10.0, 5: 37.0}, draft_ms=2.5), k, 128) for k in (4,)]
     text = verdict(rows, 4, "cpu_bf16")
-    assert "SLOWER" in text and "3.7 target steps" in text and "backend=cpu_compiled" in text
+    assert "SLOWER" in text and "3.7 target steps" in text and "backend=cpu_auto" in text
     fast = [predict(costs({1: 10.0, 5: 9.3}), 4, 128)]
     assert "SLOWER" not in verdict(fast, 4, "cpu_bf16")
 

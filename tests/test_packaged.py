@@ -1,6 +1,6 @@
 """Packaged GGUF checkpoints: locate the chunk packages, verify, convert once, reuse the cache.
 
-Everything runs offline on a tiny qwen2 GGUF written here with `gguf.GGUFWriter` from a random
+Everything runs offline on a tiny qwen2 GGUF (specbench.llamacpp.tiny_gguf) of a random
 in-process model, split into fake installed packages on a temporary sys.path entry.
 """
 
@@ -17,6 +17,7 @@ import torch
 
 from specbench import packaged
 from specbench.config import ConfigError
+from specbench.llamacpp.tiny_gguf import write_tiny_gguf
 from specbench.packaged import (
     COMPLETE,
     PACKAGED,
@@ -26,7 +27,7 @@ from specbench.packaged import (
     locate_parts,
     materialize,
 )
-from specbench.tiny import SPECIALS, tiny_model
+from specbench.tiny import SPECIALS, byte_tokenizer, tiny_model
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
@@ -37,80 +38,16 @@ VERSION = "1.2.3"
 PACKAGES = ("sbtest_fake_part1", "sbtest_fake_part2", "sbtest_fake_part3")
 PROBE_IDS = [[256, 64, 65, MERGED_ID, 7, 200, 31, 257], [3, 3, 258, 100, 0, 255, 12, 64]]
 
-HF_TO_GGUF_LAYER = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
-
-def gguf_names(num_layers: int) -> dict[str, str]:
-    """HF state-dict name -> llama.cpp tensor name (qwen2 layout: no Q/K permutation)."""
-    names = {
-        "model.embed_tokens.weight": "token_embd.weight",
-        "model.norm.weight": "output_norm.weight",
-        "lm_head.weight": "output.weight",
-    }
-    for i in range(num_layers):
-        for hf, gg in HF_TO_GGUF_LAYER.items():
-            names[f"model.layers.{i}.{hf}"] = f"blk.{i}.{gg}"
-    return names
-
-
-def write_tiny_gguf(model: torch.nn.Module, path: Path) -> None:
-    """A qwen2 GGUF with f32 tensors and a byte-level (gpt2) BPE tokenizer with one merge."""
-    from tokenizers import pre_tokenizers
-
-    cfg = model.config
-    tokens = [*sorted(pre_tokenizers.ByteLevel.alphabet()), *SPECIALS, "ab"]
-    assert len(tokens) == VOCAB == cfg.vocab_size
-    # 1 NORMAL, 3 CONTROL (the specials)
-    token_types = [1] * 256 + [3] * len(SPECIALS) + [1]
-    state = {k: v.detach().to(torch.float32).numpy() for k, v in model.state_dict().items()}
-    names = gguf_names(cfg.num_hidden_layers)
-    assert set(names) == set(state)
-
-    writer = gguf.GGUFWriter(str(path), "qwen2")
-    writer.add_name("tiny-qwen2")
-    writer.add_context_length(cfg.max_position_embeddings)
-    writer.add_embedding_length(cfg.hidden_size)
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
-    writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
-    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(token_types)
-    writer.add_token_merges(["a b"])  # GGUF arrays may not be empty; "ab" is the last token
-    writer.add_bos_token_id(256)
-    writer.add_eos_token_id(257)
-    writer.add_pad_token_id(258)
-    for hf_name, gguf_name in names.items():
-        writer.add_tensor(gguf_name, state[hf_name])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory) -> tuple[torch.nn.Module, bytes]:
     """(the original HF model, the bytes of its GGUF file), built once per module."""
     model = tiny_model("qwen2", vocab=VOCAB, seed=3)
+    tokenizer = byte_tokenizer()
+    tokenizer.add_tokens(["ab"])  # MERGED_ID, the product of the one merge
+    assert len(tokenizer) == VOCAB == model.config.vocab_size
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(model, path)
+    write_tiny_gguf(model, tokenizer, path, merges=["a b"])
     return model, path.read_bytes()
 
 

@@ -34,9 +34,11 @@ def gguf_name(name: str) -> str:
     return f"blk.{index}.{LAYER[rest]}"
 
 
-def write_tiny_gguf(model: torch.nn.Module, tokenizer, path: Path) -> Path:
-    """model (a tiny Qwen2ForCausalLM) and tokenizer (specbench.tiny's byte tokenizer) as an
-    f32 GGUF at path."""
+def write_tiny_gguf(
+    model: torch.nn.Module, tokenizer, path: Path, merges: list[str] | None = None
+) -> Path:
+    """model (a tiny Qwen2ForCausalLM) and tokenizer (specbench.tiny's byte tokenizer, maybe with
+    added tokens) as an f32 GGUF at path; `merges` are the BPE merges ("a b")."""
     import gguf  # the offline extra's GGUF reader/writer
 
     cfg = model.config
@@ -60,8 +62,9 @@ def write_tiny_gguf(model: torch.nn.Module, tokenizer, path: Path) -> Path:
         [gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens]
     )
     # llama.cpp refuses a BPE vocabulary without merges (and the writer drops an empty list):
-    # one merge of the two rarest bytes (the last two byte tokens), which no test text holds
-    writer.add_token_merges([f"{tokens[254]} {tokens[255]}"])
+    # by default one merge of the two rarest bytes (the last two byte tokens), which no test
+    # text holds
+    writer.add_token_merges(merges or [f"{tokens[254]} {tokens[255]}"])
     writer.add_bos_token_id(tokenizer.bos_token_id)
     writer.add_eos_token_id(tokenizer.eos_token_id)
     writer.add_pad_token_id(tokenizer.pad_token_id)

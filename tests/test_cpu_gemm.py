@@ -1,0 +1,108 @@
+"""specbench's AVX2 bf16 row kernel (issue 23): exact enough, batch invariant, greedy-exact."""
+
+import pandas as pd
+import pytest
+import torch
+from conftest import run_cli
+
+from specbench import SamplingParams, autoregressive_generate, speculative_generate
+from specbench.config import BackendConfig, ConfigError
+from specbench.cpu_gemm import bf16_linear, load_kernel, unavailable
+from specbench.kernels import PROMPT_ROWS, ROWS_MAX, CpuLinear, auto_choice, cpu_linears
+from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
+
+needs_kernel = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+GREEDY = SamplingParams(0.0)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    load_kernel()
+
+
+@needs_kernel
+@pytest.mark.parametrize(("n", "k"), [(48, 64), (33, 40), (7, 21), (1, 8)])
+def test_kernel_matches_an_fp32_gemm_and_is_batch_invariant(kernel, n, k):
+    """Every row count 1..ROWS_MAX (register blocks of 1..12 rows, pairs and single weight
+    rows, odd N, K tails): close to fp32 x @ w.T, and each row bitwise what it is alone."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(n, k, generator=gen).to(torch.bfloat16)
+    x = torch.randn(ROWS_MAX, k, generator=gen)
+    single = torch.cat([bf16_linear(x[i : i + 1], weight) for i in range(ROWS_MAX)])
+    torch.testing.assert_close(single, x @ weight.float().T, rtol=1e-5, atol=1e-5)
+    for m in range(1, ROWS_MAX + 1):
+        assert torch.equal(bf16_linear(x[:m].contiguous(), weight), single[:m]), m
+
+
+@needs_kernel
+def test_kernel_rejects_wrong_inputs(kernel):
+    weight = torch.randn(8, 16).to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match="disagree on K"):
+        bf16_linear(torch.randn(2, 8), weight)
+    with pytest.raises(RuntimeError, match="bf16"):
+        bf16_linear(torch.randn(2, 16), weight.float())
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 5, ROWS_MAX, ROWS_MAX + 1])
+def test_cpu_linear_by_width(kernel, rows):
+    """<= ROWS_MAX rows through the kernel (bias added in fp32), more rows in fp32."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
+    x = torch.randn(1, rows, 64, dtype=torch.bfloat16)
+    out = CpuLinear(linear, prompt_fp32=True, rows_kernel=True)(x)
+    ref = torch.nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float())
+    assert out.dtype == torch.bfloat16 and out.shape == (1, rows, 48)
+    if rows > ROWS_MAX:
+        assert rows > PROMPT_ROWS and torch.equal(out, ref.to(torch.bfloat16))
+    else:
+        torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@needs_kernel
+def test_rows_kernel_greedy_speculative_equals_autoregressive(kernel):
+    """A bf16 pair with the row kernel: speculative greedy == autoregressive greedy token for
+    token (rejections roll back), and the wrapped model stays close to eager bf16."""
+    target = tiny_model("qwen2", seed=1, std=0.5).to(torch.bfloat16)
+    draft = perturbed_copy(target, noise=0.1, seed=2).to(torch.bfloat16)
+    ids = byte_tokenizer()("def add(a, b):\n", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        eager = target(ids).logits
+    cpu_linears(target, prompt_fp32=True, rows_kernel=True)
+    cpu_linears(draft, prompt_fp32=True, rows_kernel=True)
+    assert sum(isinstance(m, CpuLinear) and m.rows_kernel for m in target.modules()) > 10
+    with torch.inference_mode():
+        torch.testing.assert_close(target(ids[:, :ROWS_MAX]).logits, eager, rtol=0.1, atol=0.1)
+    common = dict(max_new_tokens=24, sampling=GREEDY, generator=None)
+    ar = autoregressive_generate(target, ids, **common)
+    for k in (2, 4):
+        sps = speculative_generate(target, draft, ids, k=k, **common)
+        assert sps.tokens == ar.tokens
+        assert 0 < sum(sps.accepted) < sum(sps.proposed)
+
+
+def test_backend_refuses_rows_kernel_with_compile_or_fp32():
+    with pytest.raises(ConfigError, match="set one"):
+        BackendConfig(dtype="bfloat16", rows_kernel=True, compile=True, static_cache=True)
+    with pytest.raises(ConfigError, match="bfloat16"):
+        BackendConfig(dtype="float32", rows_kernel=True)
+
+
+def test_auto_choice(monkeypatch):
+    from specbench import cpu_gemm
+
+    assert auto_choice(1.1) == "eager"
+    monkeypatch.setattr(cpu_gemm, "unavailable", lambda: None)
+    assert auto_choice(3.5) == "rows_kernel"
+    monkeypatch.setattr(cpu_gemm, "unavailable", lambda: "no avx2")
+    assert auto_choice(3.5) == "compiled"
+
+
+@needs_kernel
+def test_cli_job_on_cpu_avx2_records_the_kernel(tmp_path):
+    out = run_cli(
+        "+experiment=smoke", "backend=cpu_avx2", "allow_dirty=true", f"results_dir={tmp_path}"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    records = pd.read_parquet(next(tmp_path.rglob("records.parquet")))
+    assert records.rows_kernel.all() and records.prompt_fp32.all() and not records.compiled.any()
