@@ -4,7 +4,8 @@ Runs `+experiment=calibrate` once per backend in one invocation (same machine, s
 then prints each backend's target step, s(K), c, alpha and predicted speedup next to the
 issue's target (s(4) <= 1.7 on the chosen backend where eager bf16 has s(4) > 3):
 
-    python benchmarks/cpu_kernels.py                       # cpu_bf16 vs cpu_compiled
+    python benchmarks/cpu_kernels.py                       # cpu_bf16 vs cpu_avx2
+    python benchmarks/cpu_kernels.py --backends cpu_bf16 cpu_avx2 cpu_compiled
     python benchmarks/cpu_kernels.py --avx2                # the same with torch held to AVX2
     python benchmarks/cpu_kernels.py --backends cpu_bf16 cpu_auto -- task=humaneval
 
@@ -42,7 +43,7 @@ def calibrate(backend: str, results: Path, extra: list[str], env: dict[str, str]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", nargs="+", default=["cpu_bf16", "cpu_compiled"])
+    parser.add_argument("--backends", nargs="+", default=["cpu_bf16", "cpu_avx2"])
     parser.add_argument("--avx2", action="store_true", help="restrict torch to AVX2 kernels")
     parser.add_argument("--results", type=Path, default=ROOT / "results" / "cpu_kernels")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")

@@ -1,0 +1,82 @@
+"""specbench's AVX2 bf16 row kernel against eager bf16 F.linear, side by side (issue 23).
+
+For the 1.5B target's matmul shapes and 1..17 rows (a decode step, scoring K+1 tokens), prints
+ms per call of each kernel, T(M)/T(1) per kernel, and kernel/eager per M, interleaved call by
+call so that both see the same machine state:
+
+    python benchmarks/row_kernel.py            # the target's shapes, 2 threads
+    python benchmarks/row_kernel.py --avx2     # torch held to its AVX2 kernels (AVX-512 CPUs)
+
+Target (issue 23): T(5)/T(1) <= 1.7 on the chosen kernel where eager bf16 has > 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+ROWS = (1, 2, 3, 5, 9, 17)
+SHAPES = {  # (out, in) of Qwen2.5-1.5B's linears; lm_head once per step
+    "q/o_proj": (1536, 1536),
+    "gate/up_proj": (8960, 1536),
+    "down_proj": (1536, 8960),
+    "lm_head": (151936, 1536),
+}
+
+
+def timed_pair(eager, kernel, calls: int) -> tuple[float, float]:
+    """Median ms of each, calls alternating (after two warm-up calls of each)."""
+    times: dict[str, list[float]] = {"eager": [], "kernel": []}
+    for i in range(calls + 2):
+        for name, fn in (("eager", eager), ("kernel", kernel)):
+            start = time.perf_counter()
+            fn()
+            if i >= 2:
+                times[name].append(time.perf_counter() - start)
+    return tuple(1e3 * sorted(t)[len(t) // 2] for t in times.values())  # type: ignore[return-value]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--avx2", action="store_true", help="restrict torch to AVX2 kernels")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=15)
+    args = parser.parse_args()
+    if args.avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
+        from specbench.kernels import AVX2_ENV  # before torch is imported in the child
+
+        argv = [a for a in sys.argv[1:] if a != "--avx2"]
+        env = os.environ | AVX2_ENV
+        raise SystemExit(subprocess.call([sys.executable, __file__, *argv], env=env))
+
+    import torch
+
+    from specbench.cpu_gemm import bf16_linear, load_kernel
+
+    torch.set_num_threads(args.threads)
+    load_kernel()
+    cap = torch.backends.cpu.get_cpu_capability()
+    print(f"torch {torch.__version__}, CPU capability {cap}, {args.threads} threads")
+    print(f"{'shape':>14} {'M':>3} {'eager ms':>9} {'kernel ms':>10} {'kernel/eager':>13}"
+          f" {'eager T(M)/T(1)':>16} {'kernel T(M)/T(1)':>17}")  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    for name, (out_f, in_f) in SHAPES.items():
+        weight = torch.randn(out_f, in_f, generator=gen).to(torch.bfloat16)
+        first = None
+        for rows in ROWS:
+            x = torch.randn(rows, in_f, generator=gen).to(torch.bfloat16)
+            eager, kernel = timed_pair(
+                lambda: torch.nn.functional.linear(x, weight),  # noqa: B023
+                lambda: bf16_linear(x.float(), weight).to(torch.bfloat16),  # noqa: B023
+                args.calls,
+            )
+            first = first or (eager, kernel)
+            print(f"{name:>14} {rows:>3} {eager:>9.2f} {kernel:>10.2f} {kernel / eager:>13.2f}"
+                  f" {eager / first[0]:>16.2f} {kernel / first[1]:>17.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
