@@ -124,7 +124,8 @@ def verdict(rows: list[dict[str, Any]], k: int, backend: str) -> str:
         if at_k["scoring_cost"] > 1.5
         else f"a draft step costs {at_k['c']:.2f} target steps"
     )
-    if backend not in ("cpu_avx2", "cpu_compiled", "cpu_auto") and at_k["scoring_cost"] > 1.5:
+    chosen = backend.split(":")[0] in ("cpu_avx2", "cpu_compiled", "cpu_auto")  # cpu_auto:<choice>
+    if not chosen and at_k["scoring_cost"] > 1.5:
         hint = "try backend=cpu_auto (or cpu_avx2, cpu_compiled)"
     elif best["predicted_speedup"] > 1:
         hint = f"try decoder.k={best['k']} (predicted {best['predicted_speedup']:.2f}x)"

@@ -2,7 +2,7 @@
 
 On a CPU without native bf16 dot products (AVX2 only) eager bf16 matmuls are compute-bound from
 two rows on: scoring K+1 tokens costs about K+1 single steps and a 512-token prompt 6.7x its fp32
-time. The levers, chosen per backend (conf/backend/cpu_avx2.yaml, cpu_compiled.yaml, cpu_auto.yaml):
+time. The levers, chosen per backend (conf/backend/cpu_avx2.yaml, cpu_compiled.yaml, cpu_auto):
 
 - compiled decode and scoring calls: inductor with `freezing` (weights become constants) and
   `max_autotune` (its CPP micro-GEMM templates, which read bf16 weights once and accumulate in
@@ -44,7 +44,7 @@ AVX2_ENV = {
 }
 PROMPT_ROWS = 8  # calls with more rows than this are prompts (prefill): fp32 under prompt_fp32
 ROWS_MAX = 17  # rows_kernel: calls of up to this many rows (decode, scoring K+1 <= 17)
-AUTO_RATIO = 2.0  # cpu_auto compiles when an eager bf16 linear's T(K+1)/T(1) exceeds this
+AUTO_RATIO = 2.0  # cpu_auto keeps eager kernels while an eager bf16 T(K+1)/T(1) is at most this
 
 
 def inductor_cache(root: Path) -> Path:

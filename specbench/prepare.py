@@ -214,5 +214,6 @@ def resolve_kernels(prep: Prepared) -> Prepared:
         {"eager": "eager kernels", "rows_kernel": "the AVX2 row kernel and fp32 prompts",
          "compiled": "compiled decode calls and fp32 prompts"}[choice],
     )  # fmt: skip
-    chosen = replace(backend, **AUTO_CHOICES[choice])
+    # the name carries the choice, so rows of different choices never pool (stats.SETTING)
+    chosen = replace(backend, name=f"{backend.name}:{choice}", **AUTO_CHOICES[choice])
     return replace(prep, job=replace(prep.job, backend=chosen))

@@ -106,3 +106,16 @@ def test_cli_job_on_cpu_avx2_records_the_kernel(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     records = pd.read_parquet(next(tmp_path.rglob("records.parquet")))
     assert records.rows_kernel.all() and records.prompt_fp32.all() and not records.compiled.any()
+
+
+@needs_kernel
+def test_cli_exactness_audit_on_cpu_avx2(tmp_path):
+    """The exactness audit with the row kernel on the tiny bf16 pair: no method is biased."""
+    out = run_cli(
+        "+experiment=audit_tiny", "backend=cpu_avx2", "bench.num_prompts=1",
+        f"results_dir={tmp_path}", timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    verdicts = pd.read_csv(tmp_path / "audit_tiny" / "audit_verdicts.csv")
+    assert set(verdicts.method) == {"speculative", "hf_assisted", "autoregressive"}
+    assert "biased" not in set(verdicts.verdict), verdicts.to_string()
