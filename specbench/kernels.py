@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .cpu_gemm import bf16_linear, load_kernel, unavailable
+
 # Inductor settings for the CPU decode path; applied around each compiled call (they are read
 # when a graph compiles, which happens lazily on a call). `options=` of torch.compile does not
 # turn freezing on in torch 2.13, so they are patched into inductor's config instead.
@@ -91,6 +93,8 @@ class CpuLinear(nn.Module):
         self.prompt_fp32 = prompt_fp32
         bf16 = isinstance(inner, nn.Linear) and inner.weight.dtype == torch.bfloat16
         self.rows_kernel = rows_kernel and bf16
+        bias = inner.bias if self.rows_kernel else None
+        self.bias32 = None if bias is None else bias.detach().float()  # the kernel's fp32 bias
 
     def float_weight(self) -> torch.Tensor:
         """The layer's float weight: nn.Linear's own, or a weight-only layer's dense copy."""
@@ -100,10 +104,8 @@ class CpuLinear(nn.Module):
         rows = x.shape[:-1].numel()
         bias = self.inner.bias
         if self.rows_kernel and x.dtype == torch.bfloat16 and rows <= ROWS_MAX:
-            from .cpu_gemm import bf16_linear
-
             out = bf16_linear(x.reshape(rows, -1).float(), self.inner.weight)
-            out = out if bias is None else out + bias.float()
+            out = out if self.bias32 is None else out + self.bias32
             return out.reshape(*x.shape[:-1], -1).to(x.dtype)
         if self.prompt_fp32 and x.dtype != torch.float32 and rows > PROMPT_ROWS:
             weight = self.float_weight().float()
@@ -119,8 +121,6 @@ def cpu_linears(model: nn.Module, prompt_fp32: bool, rows_kernel: bool) -> nn.Mo
     if not (prompt_fp32 or rows_kernel):
         return model
     if rows_kernel:
-        from .cpu_gemm import load_kernel
-
         load_kernel()
     targets = [
         (name, module)
@@ -182,8 +182,6 @@ AUTO_CHOICES = {
 def auto_choice(ratio: float) -> str:
     """cpu_auto: eager where an eager bf16 linear's T(K+1)/T(1) <= AUTO_RATIO (native bf16);
     otherwise the AVX2 row kernel where it runs, else compiled decode calls."""
-    from .cpu_gemm import unavailable
-
     if ratio <= AUTO_RATIO:
         return "eager"
     return "rows_kernel" if unavailable() is None else "compiled"

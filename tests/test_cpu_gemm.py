@@ -89,12 +89,12 @@ def test_backend_refuses_rows_kernel_with_compile_or_fp32():
 
 
 def test_auto_choice(monkeypatch):
-    from specbench import cpu_gemm
+    from specbench import kernels
 
     assert auto_choice(1.1) == "eager"
-    monkeypatch.setattr(cpu_gemm, "unavailable", lambda: None)
+    monkeypatch.setattr(kernels, "unavailable", lambda: None)
     assert auto_choice(3.5) == "rows_kernel"
-    monkeypatch.setattr(cpu_gemm, "unavailable", lambda: "no avx2")
+    monkeypatch.setattr(kernels, "unavailable", lambda: "no avx2")
     assert auto_choice(3.5) == "compiled"
 
 
