@@ -18,14 +18,14 @@ from . import __version__
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _git(*args: str) -> str | None:
+def _git(*args: str, repo: Path = REPO) -> str | None:
     """git in the checkout specbench runs from; None for an installed copy (whose site-packages
     may sit inside some other repository) or without git."""
-    if not (REPO / ".git").exists():
+    if not (repo / ".git").exists():
         return None
     try:
         out = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
+            ["git", *args], cwd=repo, capture_output=True, text=True, timeout=10, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -80,9 +80,12 @@ def cpu_columns() -> dict[str, object]:
     }
 
 
-def git_dirty() -> bool | None:
-    """Whether tracked files of the checkout have uncommitted changes (None: not a checkout)."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
+def git_dirty(repo: Path = REPO) -> bool | None:
+    """Whether tracked files of the checkout have uncommitted changes (None: not a checkout).
+    results/ is data, not code: Hydra rewrites a committed sweep's multirun.yaml when a shard
+    resumes it, which must not make the code that measures look modified."""
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results",
+                  repo=repo)
     return bool(status) if status is not None else None
 
 

@@ -167,3 +167,25 @@ def test_reference_experiment_refuses_a_dirty_checkout(compose_cfg, monkeypatch)
     runner.check_clean(runner.to_config(compose_cfg(allowed)))
     monkeypatch.setattr(runner, "git_dirty", lambda: False)
     runner.check_clean(job)
+
+
+def test_git_dirty_ignores_results(tmp_path):
+    """A resumed sweep rewrites its committed multirun.yaml: results/ never makes code dirty."""
+    import subprocess
+
+    from specbench.provenance import git_dirty
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "multirun.yaml").write_text("a\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "init")
+    (tmp_path / "results" / "multirun.yaml").write_text("b\n")
+    assert git_dirty(tmp_path) is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_dirty(tmp_path) is True
