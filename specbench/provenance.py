@@ -84,8 +84,9 @@ def git_dirty(repo: Path = REPO) -> bool | None:
     """Whether tracked files of the checkout have uncommitted changes (None: not a checkout).
     results/ is data, not code: Hydra rewrites a committed sweep's multirun.yaml when a shard
     resumes it, which must not make the code that measures look modified."""
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results",
-                  repo=repo)
+    status = _git(
+        "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results", repo=repo
+    )
     return bool(status) if status is not None else None
 
 

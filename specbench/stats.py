@@ -137,6 +137,23 @@ def speedups(
     return pd.DataFrame(rows)
 
 
+def throughput(records: pd.DataFrame) -> pd.DataFrame:
+    """Tokens per second per (condition, method, knobs): the geometric mean over prompts of each
+    run's new tokens / wall time (prefill included), its interval as `ratio_interval`'s
+    (columns `tokens_per_s`, `tokens_per_s_low`, `_high`, `_median`, `_interval`, `n_prompts`)."""
+    keys = group_keys(records)
+    rows = []
+    for key, g in records.groupby(keys, sort=True, dropna=False):
+        logs = np.log(1000.0 / g.ms_per_token).groupby(g.prompt_id).mean()
+        stat = ratio_interval(logs)
+        named = {k.replace("ratio", "tokens_per_s", 1): v for k, v in stat.items()}
+        named["tokens_per_s_interval"] = named["tokens_per_s_interval"].replace(
+            "log ratios", "log tokens/s"
+        )
+        rows.append(dict(zip(keys, key, strict=True)) | named)
+    return pd.DataFrame(rows)
+
+
 def precision(records: pd.DataFrame, method: str, k: int, level: float = LEVEL) -> dict:
     """The headline speedup of `method` at K = k over its baseline (`ratio_interval`) with its
     half-width in ratio units (the wider side; inf while it is a range, n < 10) and the sd of

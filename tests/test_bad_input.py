@@ -176,8 +176,12 @@ def test_git_dirty_ignores_results(tmp_path):
     from specbench.provenance import git_dirty
 
     def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
-                       cwd=tmp_path, check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
 
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "multirun.yaml").write_text("a\n")

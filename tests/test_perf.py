@@ -44,3 +44,25 @@ def test_time_split_percentages_and_loop_ms(records):
 def test_nothing_to_compare_gives_empty_tables(records):
     ours = records[records.method.isin(["autoregressive"])]
     assert comparisons(ours).empty and time_split(ours).empty
+
+
+def test_throughput_and_the_engines_figure(records, tmp_path):
+    """tokens/s is the geometric mean over prompts of 1000 / ms_per_token; two engines in the
+    records (specbench and transformers here) give figures/engines."""
+    from specbench import stats
+    from specbench.analysis.engine_figures import engine_of, engines_in
+    from specbench.analysis.report import write_engine_figure
+
+    table = stats.throughput(records.assign(cpu_kind="avx2")).set_index("method")
+    assert table.loc["autoregressive", "tokens_per_s"] == pytest.approx(1000 / 30)
+    expect = (100 * 50 * 25) ** (1 / 3)
+    assert table.loc["speculative", "tokens_per_s"] == pytest.approx(expect)
+    assert table.loc["speculative", "tokens_per_s_interval"].startswith("range")
+    assert engine_of("llamacpp_speculative") == "llama.cpp" and engine_of("hf_assisted") == (
+        "transformers"
+    )
+    assert engines_in(records) == {"specbench", "transformers"}
+    frame = records.assign(cpu_kind="avx2", backend="cpu_bf16", paired_with="")
+    paths = write_engine_figure(frame, tmp_path)
+    assert sorted(p.name for p in paths) == ["engines.pdf", "engines.png"]
+    assert write_engine_figure(frame[frame.method == "speculative"], tmp_path) == []

@@ -28,6 +28,7 @@ from ..records import (
 from .aggregate import drafting, normalize, summary
 from .audit import audit_figure, verdict_table
 from .draft_figures import acceptance_position_figure, accepted_length_figure
+from .engine_figures import engines_in, throughput_figure
 from .figures import (
     acceptance_figure,
     loop_latency_figure,
@@ -99,12 +100,20 @@ def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
     return written
 
 
+def write_engine_figure(records: pd.DataFrame, out: Path) -> list[Path]:
+    """figures/engines (tokens/s by engine and method) when the records time two engines."""
+    if len(engines_in(records)) < 2:
+        return []
+    return save_figure(throughput_figure(records), out / "engines")
+
+
 def write_figures(records: pd.DataFrame, out: Path) -> list[Path]:
     """The vs-K figures when K was swept (out's parent holds the experiment's tables); the
-    speedup figure needs AR/SpS pairs too, and overlays the calibration's prediction if any."""
+    speedup figure needs AR/SpS pairs too, and overlays the calibration's prediction if any;
+    the engines figure when two engines were timed."""
     if not has_k_sweep(records):
         log.info("skipping the figures vs K: no task and sampling mode has two or more K")
-        return []
+        return write_engine_figure(records, out)
     figures = dict(K_FIGURES)
     tables = {name: out.parent / name for name in (ITERATIONS, CALIBRATION)}
     if stats.paired_runs(normalize(records)).empty:
@@ -117,7 +126,7 @@ def write_figures(records: pd.DataFrame, out: Path) -> list[Path]:
         loops = pd.read_parquet(tables[ITERATIONS])
         figures["accepted_length"] = lambda frame: accepted_length_figure(frame, loops)
         figures["acceptance_by_position"] = lambda frame: acceptance_position_figure(frame, loops)
-    written = []
+    written = write_engine_figure(records, out)
     for name, make in figures.items():
         written += save_figure(make(records), out / name)
     return written

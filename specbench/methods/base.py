@@ -68,6 +68,7 @@ class Method:
     # a context manager, entered once per job and timed variant, closed on every exit path;
     # what it yields is bind's last argument
     engine: Callable[[Any, Any, Any], AbstractContextManager] | None = None
+    engine_name: str = "specbench"  # whose code decodes: specbench, transformers, llama.cpp
 
     def config_from(self, decoder: DecoderConfig) -> DecoderConfig:
         """This method's config carrying over the fields it shares with the job's decoder
