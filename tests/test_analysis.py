@@ -322,9 +322,8 @@ def test_report_writes_everything(tmp_path, records):
     names = {p.relative_to(out).as_posix() for p in written}
     stems = ["time_vs_k", "acceptance_vs_k", "loop_latency_vs_k", "speedup_vs_k", "scoring_profile"]
     figs = {f"figures/{s}.{ext}" for s in stems for ext in ("png", "pdf")}
-    assert (
-        names == {"table1.csv", "table1.md", "summary.csv", "theory.csv", "time_split.csv"} | figs
-    )
+    tables = {"table1.csv", "table1.md", "summary.csv", "theory.csv", "time_split.csv"}
+    assert names == tables | {"best_k.csv"} | figs
     assert all(p.is_file() and p.stat().st_size > 0 for p in written)
     rows = len(TASKS) * len(SAMPLINGS) * (1 + len(KS))  # the baseline and each K
     assert pd.read_csv(out / "summary.csv").shape[0] == rows
@@ -372,7 +371,7 @@ def test_cli_figures(tmp_path, records, capsys):
     command = [sys.executable, "-m", "specbench.analysis", "figures", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "13 files written" in done.stdout
+    assert "14 files written" in done.stdout
     assert (out / "figures" / "speedup_vs_k.pdf").is_file() and (out / "table1.md").is_file()
     assert analysis_cli.main(["figures", str(tmp_path / "missing")]) == 2
     assert "error" in capsys.readouterr().err

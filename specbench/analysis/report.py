@@ -68,7 +68,8 @@ def has_k_sweep(records: pd.DataFrame) -> bool:
 
 
 def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
-    """table1.csv/.md, summary.csv, and where they apply vs_hf, time_split, theory and
+    """table1.csv/.md, summary.csv, and where they apply vs_hf, best_k (a K sweep's best K
+    against its smallest and largest, paired within prompt), time_split, theory and
     acceptance_by_position CSVs."""
     table = table1(records)
     write_table(out / "table1.csv", table)
@@ -84,6 +85,7 @@ def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
     )
     optional = {
         "vs_hf.csv": comparisons(records),
+        "best_k.csv": stats.k_contrasts(normalize(records)),
         "time_split.csv": time_split(records),
         "acceptance_by_position.csv": by_position,
     }
