@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from .. import stats
 from .aggregate import normalize
-from .figures import PANEL, _finish, _grid, _in_panel, _panel_title, caption
+from .figures import PANEL, _finish, _grid, _in_panel, _panel_title, caption, legend_below
 
 RUN = ["job", "method", "prompt_id", "repeat"]
 
@@ -31,7 +31,7 @@ def _loop_figure(records: pd.DataFrame, iterations: pd.DataFrame, title: str, xl
     keys = sorted(set(map(tuple, loops[PANEL].values)))
     if not keys:
         raise ValueError("no drafting iterations to plot")
-    fig, axes = _grid(len(keys))
+    fig, axes = _grid(len(keys), width=5.2, height=4.4)
     for ax, key in zip(axes, keys, strict=True):
         draw(ax, _in_panel(loops, key))
         ax.set_title(_panel_title(key))
@@ -39,7 +39,7 @@ def _loop_figure(records: pd.DataFrame, iterations: pd.DataFrame, title: str, xl
         ax.set_ylabel(ylabel)
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        legend_below(ax)
     return _finish(fig, title, caption(records))
 
 

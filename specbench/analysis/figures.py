@@ -75,6 +75,16 @@ def _finish(fig: Figure, title: str, text: str) -> Figure:
 
 
 PANEL = ["task", "sampling", "cpu_kind"]  # one panel each: CPU kinds are never pooled
+LEGEND_WIDTH = 58  # characters per legend line below a panel
+
+
+def legend_below(ax: Axes, fontsize: float = 7) -> None:
+    """The panel's legend under its axes, long labels wrapped, so it never hides the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    wrapped = ["\n".join(textwrap.wrap(label, LEGEND_WIDTH)) for label in labels]
+    ncol = 4 if max(map(len, labels), default=0) <= 12 else 1  # short labels (K = 3) in a row
+    ax.legend(handles, wrapped, fontsize=fontsize, loc="upper center", ncol=ncol,
+              bbox_to_anchor=(0.5, -0.16), frameon=False)  # fmt: skip
 
 
 def _in_panel(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
@@ -98,7 +108,7 @@ def _panel_figure(records: pd.DataFrame, title: str, draw: Draw) -> Figure:
     keys = sorted(set(map(tuple, drafting(records)[PANEL].values)))
     if not keys:
         raise ValueError("no drafting rows to plot against K")
-    fig, axes = _grid(len(keys))
+    fig, axes = _grid(len(keys), width=5.2, height=5.4)
     for ax, key in zip(axes, keys, strict=True):
         mine = _in_panel(table, key).sort_values("k")
         draw(ax, _in_panel(records, key), mine)
@@ -106,7 +116,7 @@ def _panel_figure(records: pd.DataFrame, title: str, draw: Draw) -> Figure:
         ax.set_xlabel(K_LABEL)
         ax.set_xticks(sorted(mine[mine.k > 0].k.unique()))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        legend_below(ax)
     return _finish(fig, title, caption(records))
 
 
@@ -237,9 +247,8 @@ def _speedup_drawer(
         ax.axhline(1.0, color="k", lw=0.8, label="no speedup")
         ax.set_ylabel("speedup over the baseline (x)")
         text = _contrast_text(_in_panel(contrasts, key))
-        if text:
-            ax.text(0.02, 0.02, "\n".join(textwrap.wrap(text, 60)), transform=ax.transAxes,
-                    fontsize=7, va="bottom", color="0.2")  # fmt: skip
+        if text:  # a legend line of its own, below the series
+            ax.plot([], [], " ", label=text)
 
     return draw
 
