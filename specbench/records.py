@@ -25,6 +25,9 @@ CALIBRATION = "calibration.parquet"  # one row per K of a calibration: s(K), c, 
 AUDIT = "audit.parquet"  # one row per exactness test (job x prefix x position x given token)
 AUDIT_TOKENS = "audit_tokens.parquet"  # one row per tested bucket: exact vs empirical probability
 AUDIT_SAMPLES = "audit_samples.parquet"  # one row per audited continuation (its first two tokens)
+# a timing job's finished (prompt, repeat) runs, saved after each: a killed job resumes there
+PARTIAL_RECORDS = "partial_records.parquet"
+PARTIAL_ITERATIONS = "partial_iterations.parquet"
 TABLES = (RECORDS, ITERATIONS, PROFILE, CALIBRATION, AUDIT, AUDIT_TOKENS, AUDIT_SAMPLES)
 
 

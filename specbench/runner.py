@@ -34,7 +34,7 @@ from .records import (
     write_text,
 )
 from .sequential import run_sequential
-from .timing import measure, score_rows
+from .timing import Checkpoint, measure, score_rows
 from .tracking import track
 
 log = logging.getLogger(__name__)
@@ -95,10 +95,13 @@ def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) ->
     """The timing job: interleaved method vs baseline, quality scored after all timing (with
     bench.target_half_width: in blocks of prompts until the interval is that narrow)."""
     sample: dict[str, Any] = {}
+    checkpoint = Checkpoint.of(prep, job_dir)  # sequential jobs save whole blocks instead
+    if prep.job.overwrite:
+        checkpoint.clear()  # redo means every run, not only those a killed attempt missed
     if prep.job.bench.target_half_width is not None:
         rows, iterations, calibration, sample = run_sequential(prep, models, job_dir, shared)
     else:
-        rows, iterations, calibration = measure(prep, models)  # tests/faults patches measure
+        rows, iterations, calibration = measure(prep, models, checkpoint)  # tests/faults patches
         score_rows(prep, rows)
     records = pd.DataFrame([shared | row for row in rows])
     tables = {
@@ -109,6 +112,7 @@ def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) ->
         tables[CALIBRATION] = pd.DataFrame([shared | row for row in calibration])
     summary = summarize(records, prep.job.decoder.k) | {f"sample_{k}": v for k, v in sample.items()}
     write_job(job_dir, tables, summary)
+    checkpoint.clear()  # the job's tables hold every run now
     return summary
 
 

@@ -8,8 +8,11 @@ order of methods rotates between consecutive (prompt, repeat) pairs to cancel dr
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -21,7 +24,10 @@ from .calibrate import calibrate_first
 from .decoding import GenerationResult
 from .methods import Generate
 from .prepare import Prepared, Timed, bind_methods, encode, warm_kernels
+from .records import PARTIAL_ITERATIONS, PARTIAL_RECORDS, write_table
 from .tasks import Prompt
+
+log = logging.getLogger(__name__)
 
 # Warm-up runs (bench.warmup) generate WARMUP_TOKENS after the last WARMUP_PROMPT tokens of the
 # first prompt (dynamic cache): every kernel, weight page and cache path runs once, without
@@ -57,14 +63,55 @@ def warm(prep: Prepared, models: tuple) -> Warm:
     return Warm(bound, encoded, *calibrate_first(prep, models, bound, encoded))
 
 
-def time_runs(prep: Prepared, warmed: Warm, prompts: range) -> tuple[list[dict], list[dict]]:
-    """Time every timed variant on each (prompt, repeat) of the local prompt indices `prompts`;
-    rows for both tables."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """A timing job's finished (prompt, repeat) runs in its folder, saved after each one, so a
+    killed job resumes after its last finished prompt; rows of another config are not reused."""
+
+    job_dir: Path
+    key: str  # digest of the job's whole config
+
+    @classmethod
+    def of(cls, prep: Prepared, job_dir: Path) -> Checkpoint:
+        return cls(job_dir, hashlib.sha256(repr(prep.job).encode()).hexdigest()[:16])
+
+    def load(self) -> tuple[list[dict], list[dict]]:
+        """The saved rows and the iterations of their runs ([] and [] when none fit)."""
+        path = self.job_dir / PARTIAL_RECORDS
+        saved = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+        if saved.empty or set(saved.resume_key) != {self.key}:
+            if not saved.empty:
+                log.warning("not resuming from %s: another config made it", path)
+            return [], []
+        rows = saved.drop(columns="resume_key").to_dict("records")
+        done = {(r["prompt_id"], r["repeat"]) for r in rows}
+        its = self.job_dir / PARTIAL_ITERATIONS
+        iterations = pd.read_parquet(its).to_dict("records") if its.is_file() else []
+        return rows, [it for it in iterations if (it["prompt_id"], it["repeat"]) in done]
+
+    def save(self, rows: list[dict], iterations: list[dict]) -> None:
+        """Iterations first, records last (they say which runs are done), each atomically."""
+        write_table(self.job_dir / PARTIAL_ITERATIONS, pd.DataFrame(iterations))
+        write_table(self.job_dir / PARTIAL_RECORDS, pd.DataFrame(rows).assign(resume_key=self.key))
+
+    def clear(self) -> None:
+        for name in (PARTIAL_RECORDS, PARTIAL_ITERATIONS):
+            (self.job_dir / name).unlink(missing_ok=True)
+
+
+def time_runs(
+    prep: Prepared, warmed: Warm, prompts: range, checkpoint: Checkpoint | None = None
+) -> tuple[list[dict], list[dict]]:
+    """Time every timed variant on each (prompt, repeat) of the local prompt indices `prompts`
+    (those a checkpoint holds are kept, not retimed); rows for both tables."""
     job, device = prep.job, prep.job.backend.device
     bound, encoded, predicted = warmed.bound, warmed.encoded, warmed.predicted
-    rows: list[dict] = []
-    iterations: list[dict] = []
-    cells = [(i, r) for i in prompts for r in range(job.bench.repeats)]
+    rows, iterations = checkpoint.load() if checkpoint else ([], [])
+    done = {(r["prompt_id"], r["repeat"]) for r in rows}
+    cells = [(i, r) for i in prompts for r in range(job.bench.repeats)
+             if (prep.prompts[i].id, r) not in done]  # fmt: skip
+    if done:
+        log.info("resuming: %d runs timed before this start, %d to go", len(done), len(cells))
     bar = tqdm(cells, desc=f"{job.experiment} {job.decoder.name}", unit="run")
     timed = prep.timed
     for i, repeat in bar:
@@ -74,15 +121,19 @@ def time_runs(prep: Prepared, warmed: Warm, prompts: range) -> tuple[list[dict],
             res = bound[variant.label](encoded[i], job.max_new_tokens, gen)
             rows.append(result_row(prep, variant, prep.prompts[i], repeat, seed, res) | predicted)
             iterations += iteration_rows(rows[-1], res)
+        if checkpoint:
+            checkpoint.save(rows, iterations)
         bar.set_postfix_str(progress_text(rows))
     return rows, iterations
 
 
-def measure(prep: Prepared, models: tuple) -> tuple[list[dict], list[dict], list[dict]]:
-    """Warm up, then time every method on every prompt x repeat of the job: rows of the
-    records, iterations and (bench.calibrate) calibration tables."""
+def measure(
+    prep: Prepared, models: tuple, checkpoint: Checkpoint | None = None
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Warm up, then time every method on every prompt x repeat of the job (resuming from a
+    checkpoint): rows of the records, iterations and (bench.calibrate) calibration tables."""
     warmed = warm(prep, models)
-    return *time_runs(prep, warmed, range(len(prep.prompts))), warmed.calibration
+    return *time_runs(prep, warmed, range(len(prep.prompts)), checkpoint), warmed.calibration
 
 
 def rotated(items: list, step: int) -> list:

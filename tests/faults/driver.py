@@ -7,6 +7,8 @@ the fault tests only (the product has no hooks). The environment picks it:
   SPECBENCH_FAULT=write    that job's atomic write of $SPECBENCH_FAULT_FILE stops half-written,
                            touches the mark and hangs
   SPECBENCH_FAULT=gather   the gather step's write of $SPECBENCH_FAULT_FILE does the same
+  SPECBENCH_FAULT=cell     that job checkpoints its first timed (prompt, repeat), touches the
+                           mark and hangs
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 
 import specbench.records as records
 import specbench.runner as runner
+import specbench.timing as timing
 
 FAULT = os.environ.get("SPECBENCH_FAULT", "")
 JOB = os.environ.get("SPECBENCH_FAULT_JOB", "")
@@ -29,6 +32,7 @@ FILE = os.environ.get("SPECBENCH_FAULT_FILE", "")
 MARK = Path(os.environ.get("SPECBENCH_FAULT_MARK", "/dev/null"))
 CURRENT = [""]  # the job dir name being run
 measure, atomic_write, run = runner.measure, records.atomic_write, runner.run
+save = timing.Checkpoint.save
 
 
 def hang() -> None:
@@ -36,12 +40,18 @@ def hang() -> None:
     time.sleep(600)  # until the test kills us
 
 
-def faulty_measure(prep: runner.Prepared, models: tuple) -> Any:
+def faulty_measure(prep: runner.Prepared, models: tuple, *checkpoint: Any) -> Any:
     if FAULT in ("raise", "hang") and JOB in CURRENT[0]:
         if FAULT == "raise":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB (injected)")
         hang()
-    return measure(prep, models)
+    return measure(prep, models, *checkpoint)
+
+
+def faulty_save(self: timing.Checkpoint, rows: list, iterations: list) -> None:
+    save(self, rows, iterations)
+    if FAULT == "cell" and JOB in CURRENT[0]:
+        hang()
 
 
 def faulty_write(path: Path, write: Callable[[Path], Any]) -> None:
@@ -67,6 +77,7 @@ def tracking_run(cfg: Any, pool: Any, job_dir: Path, job_id: str) -> Any:
 
 
 runner.measure = faulty_measure
+timing.Checkpoint.save = faulty_save
 runner.run = tracking_run
 records.atomic_write = faulty_write
 

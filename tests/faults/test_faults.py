@@ -39,10 +39,12 @@ def _run(results: Path, **fault: str) -> subprocess.CompletedProcess:
     )
 
 
-def _kill_at(results: Path, fault: str, job: str = "", file: str = "") -> None:
+def _kill_at(
+    results: Path, fault: str, job: str = "", file: str = "", args: tuple[str, ...] = ARGS
+) -> None:
     """Start the sweep with a hanging fault, wait until it hangs there, kill -9 its group."""
     mark = results / "hanging"
-    command = [sys.executable, str(DRIVER), *ARGS, f"results_dir={results}"]
+    command = [sys.executable, str(DRIVER), *args, f"results_dir={results}"]
     proc = subprocess.Popen(
         command, cwd=ROOT, env=_env(fault, job, file, mark), start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -136,3 +138,22 @@ def test_a_raising_job_is_a_failure_row_and_the_sweep_goes_on(tmp_path):
     assert set(finished) == {JOBS[0], JOBS[2]}
     assert set(pd.read_parquet(experiment / "records.parquet").job) == set(finished)
     _rerun_and_check(tmp_path, finished)  # the failed job is retried, not skipped
+
+
+def test_killed_between_prompts_the_rerun_keeps_the_prompt_timed_before(tmp_path):
+    """A timing job checkpoints each finished (prompt, repeat): kill -9 after the first, and
+    the rerun keeps those rows (not retimed), times the rest, and removes the checkpoint."""
+    args = ("+experiment=smoke", "-m", "decoder.k=2", "bench.warmup=0", "bench.repeats=1",
+            "bench.num_prompts=2", "bench.max_new_tokens=8")  # fmt: skip
+    _kill_at(tmp_path, "cell", job="decoder.k=2", args=args)
+    (job_dir,) = [d for d in (tmp_path / "smoke").iterdir() if d.is_dir() and "k=2" in d.name]
+    before = pd.read_parquet(job_dir / "partial_records.parquet")
+    assert len(before) == ROWS_PER_JOB and before.prompt_id.nunique() == 1
+    command = [sys.executable, str(DRIVER), *args, f"results_dir={tmp_path}"]
+    out = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = pd.read_parquet(job_dir / "records.parquet")
+    assert len(records) == 2 * ROWS_PER_JOB and records.prompt_id.nunique() == 2
+    kept = records.merge(before[["method", "prompt_id", "wall_s"]], on=["method", "prompt_id"])
+    assert len(kept) == ROWS_PER_JOB and (kept.wall_s_x == kept.wall_s_y).all()
+    assert not (job_dir / "partial_records.parquet").exists()
