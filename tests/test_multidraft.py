@@ -16,7 +16,7 @@ from test_exactness import PROMPT, SAMPLES, M, V, exact_joint
 from specbench import SamplingParams, speculative_generate
 from specbench.config import ConfigError
 from specbench.decoding.common import CachedLM
-from specbench.decoding.multidraft import Tree, multidraft_generate
+from specbench.decoding.multidraft import Tree, TreeDrafter, multidraft_generate
 from specbench.profile import branches, profile_model
 from specbench.runner import to_config
 from specbench.sampling import residual, verify_node
@@ -141,6 +141,41 @@ def test_tree_scoring_matches_each_path(pair):
                 up = tree.parent[up]
             full = target(torch.cat([PROMPT[:, :-1], torch.tensor([path])], 1)).logits[0, -1]
             assert torch.allclose(logits[node], full, atol=1e-4), node
+
+
+def path_tokens(tree: Tree, node: int) -> list[int]:
+    """Tokens from the root down to `node`, the root's included."""
+    path = []
+    while node >= 0:
+        path.insert(0, tree.tokens[node])
+        node = tree.parent[node]
+    return path
+
+
+@pytest.mark.parametrize("drafts", ["iid", "without_replacement"])
+def test_tree_drafting_on_one_cache_gives_each_node_its_path_law(pair, drafts):
+    """Each depth's nodes drafted in one call on the shared cache get their own path's draft
+    law; keeping a path leaves the cache of a plain prefill of that path (other branches gone)."""
+    _, draft = pair
+    drafter = TreeDrafter(draft, V, n_drafts=3, mode=drafts)
+    params, gen = SamplingParams(1.0), torch.Generator().manual_seed(5)
+    n = PROMPT.shape[1]
+    tree = drafter.propose(PROMPT.clone(), n, 3, params, gen)
+    assert len(tree.laws) > 3  # the tree branched
+    with torch.no_grad():
+        for node, law in tree.laws.items():
+            ids = torch.cat([PROMPT[:, :-1], torch.tensor([path_tokens(tree, node)])], 1)
+            full = torch.softmax(draft(ids).logits[0, -1, :V].double(), -1).to(law.dtype)
+            assert torch.allclose(law, full, atol=1e-5), node
+        deep = max(tree.laws, key=lambda node: tree.depth[node])  # a node at depth K - 1
+        drafter.keep_path(tree, deep)
+        ids = torch.cat([PROMPT[:, :-1], torch.tensor([path_tokens(tree, deep)])], 1)
+        fresh = CachedLM(draft, V)
+        fresh.forward(ids, keep=1)
+    assert drafter.lm.length == ids.shape[1] == n + tree.depth[deep]
+    for kept, ref in zip(drafter.lm.cache.layers, fresh.cache.layers, strict=True):
+        assert torch.allclose(kept.keys, ref.keys, atol=1e-5)
+        assert torch.allclose(kept.values, ref.values, atol=1e-5)
 
 
 def test_scoring_profile_times_token_trees_beside_chains(pair):

@@ -212,15 +212,19 @@ class CachedLM:
 
     def keep_positions(self, start: int, offsets: list[int]) -> None:
         """Keep the cached positions before `start` and start + offsets (ascending), drop the
-        rest: a scored token tree's branches off the accepted path. Dynamic cache only."""
+        rest: a scored token tree's branches off the accepted path. The kept positions are
+        moved down in place and the cache cropped: the prefix is never copied. Dynamic cache."""
         if self.max_len is not None:
             raise ValueError("keep_positions needs a dynamic cache (max_len=None)")
-        index = torch.tensor([*range(start), *(start + o for o in offsets)])
-        for layer in self.cache.layers:
-            if getattr(layer, "is_initialized", False):
-                layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
-                layer.values = layer.values.index_select(-2, index.to(layer.values.device))
-        self.length = len(index)
+        kept = len(offsets)
+        if offsets != list(range(kept)):  # not already in place: move them down
+            index = torch.tensor([start + o for o in offsets])
+            for layer in self.cache.layers:
+                if getattr(layer, "is_initialized", False):
+                    for part in (layer.keys, layer.values):  # (B, H, T, D)
+                        moved = part.index_select(-2, index.to(part.device))
+                        part[..., start : start + kept, :] = moved
+        self.rollback(self.length - (start + kept))
 
 
 @torch.inference_mode()

@@ -2,9 +2,10 @@
 token tree, scored in one target call (tree attention mask and positions), verified node by
 node from the root (`sampling.verify_node`): exactly the target's law.
 
-Drafting is batched by tree node: one draft forward per depth for every distinct prefix (at
-most n rows, each a copy of its parent's KV cache), and every draw at a node comes from that
-node's one law, so the i.i.d. rule's premise holds bitwise. `drafts="iid"`: each sequence's
+Drafting is batched by tree node: one draft forward per depth scores every distinct prefix's
+newest node (at most n) as one sequence under a tree mask against the draft's one KV cache (the
+shared prefix is never copied per branch), and every draw at a node comes from that node's one
+law, so the i.i.d. rule's premise holds bitwise. `drafts="iid"`: each sequence's
 tokens drawn independently (SpecInfer); `"without_replacement"`: the draws at a node are distinct
 (Gumbel-top-m; Recursive Speculative Decoding), so the n sequences part at the root. Greedy
 decoding proposes each node's top-m draft tokens and accepts the target's argmax.
@@ -99,15 +100,33 @@ def draw_children(
     return sample(law.expand(m, -1), generator)
 
 
+def level_mask(
+    past: int, base: int, ancestors: list[list[int]], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """(1, 1, R, past+R) additive mask for R tree nodes of one depth fed after `past` cached
+    positions: row r sees the committed positions [0, base), its ancestors' cached positions
+    `ancestors[r]` and itself."""
+    rows = len(ancestors)
+    allowed = torch.zeros(rows, past + rows, dtype=torch.bool)
+    allowed[:, :base] = True
+    for row, slots in enumerate(ancestors):
+        allowed[row, slots] = True
+        allowed[row, past + row] = True
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None].to(device)
+
+
 class TreeDrafter:
-    """A draft model proposing n sequences of depth K as a tree, batched per depth by node."""
+    """A draft model proposing n sequences of depth K as a tree: one forward per depth, the
+    depth's nodes as one sequence under a tree mask on the draft's single KV cache."""
 
     def __init__(self, draft: torch.nn.Module, vocab: int, n_drafts: int, mode: str) -> None:
         if mode not in DRAFT_MODES:
             raise ValueError(f"drafts must be one of {DRAFT_MODES}, got {mode!r}")
         self.lm = CachedLM(draft, vocab)
         self.n, self.mode = n_drafts, mode
-        self.rows: list[int] = [0]  # the tree node each draft cache row holds
+        self.base = 0  # committed positions in the draft cache before the tree's nodes
+        self.slot: dict[int, int] = {}  # tree node -> its position in the draft cache
 
     @property
     def calls(self) -> int:
@@ -118,8 +137,9 @@ class TreeDrafter:
         tree = Tree(tokens=[int(ids[0, n - 1])])
         device = model_device(self.lm.model)
         groups = {0: list(range(self.n))}  # node -> the sequences through it
-        logits = self.lm.forward(ids[:, self.lm.length : n].to(device), keep=1)[:, -1]  # (1, V)
-        frontier = [0]
+        logits = self.lm.forward(ids[:, self.lm.length : n].to(device), keep=1)[0]  # (1, V)
+        self.base, self.slot = n, {0: n - 1}
+        frontier, chain = [0], True  # chain: every depth so far had one node (no mask needed)
         for depth in range(k):
             laws = proposal_law(logits, sampling).to(ids.device)  # (rows, V)
             after: dict[int, list[int]] = {}
@@ -131,28 +151,56 @@ class TreeDrafter:
                     after.setdefault(tree.add(node, token), []).append(seq)
             if depth == k - 1:
                 break
-            nxt = sorted(after)  # breadth-first node order
-            parents = torch.tensor([frontier.index(tree.parent[c]) for c in nxt], device=device)
-            self.lm.cache.reorder_cache(parents)  # each new row copies its parent's cache row
-            tokens = torch.tensor([[tree.tokens[c]] for c in nxt], device=device)
-            logits = self.lm.forward(tokens, keep=1)[:, -1]  # (rows, V)
-            frontier, groups = nxt, after
-        self.rows = frontier
+            frontier, groups = sorted(after), after  # breadth-first node order
+            logits = self._score_level(tree, frontier, chain, device)  # (rows, V)
+            chain = chain and len(frontier) == 1
         return tree
 
+    def _score_level(
+        self, tree: Tree, nodes: list[int], chain: bool, device: torch.device
+    ) -> torch.Tensor:
+        """Draft logits (R, V) after each of one depth's R nodes, fed as one sequence."""
+        past = self.lm.length
+        tokens = torch.tensor([[tree.tokens[c] for c in nodes]], device=device)  # (1, R)
+        for row, node in enumerate(nodes):
+            self.slot[node] = past + row
+        if chain and len(nodes) == 1:  # the cache is the node's own path: a plain step
+            return self.lm.forward(tokens, keep=1)[0]
+        ancestors = [self._ancestor_slots(tree, tree.parent[c]) for c in nodes]
+        positions = torch.tensor([[self.base + tree.depth[c] - 1 for c in nodes]], device=device)
+        dtype = next(self.lm.model.parameters()).dtype
+        mask = level_mask(past, self.base, ancestors, dtype, device)  # (1, 1, R, past + R)
+        logits = self.lm.forward(
+            tokens, keep=len(nodes), position_ids=positions, attention_mask=mask
+        )  # (1, R, V)
+        return logits[0]
+
+    def _ancestor_slots(self, tree: Tree, node: int) -> list[int]:
+        """Cache positions of `node` and its ancestors below the root (the root is committed)."""
+        slots = []
+        while node > 0:
+            slots.append(self.slot[node])
+            node = tree.parent[node]
+        return slots
+
     def keep_path(self, tree: Tree, node: int) -> None:
-        """Keep the one draft cache row that agrees with the accepted path ending at `node`,
-        cropped to the part of that path it holds (rows reach depth K-1)."""
-        held = tree.depth[self.rows[0]]
-        depth = min(tree.depth[node], held)
-        on_path = tree.ancestor(node, depth)
-        row = next(i for i, r in enumerate(self.rows) if tree.ancestor(r, depth) == on_path)
-        self.lm.cache.batch_select_indices(torch.tensor([row], device=model_device(self.lm.model)))
-        self.lm.rollback(held - depth)
-        self.rows = [0]
+        """Keep the committed positions and the accepted path's nodes the draft cache holds
+        (depths 1..K-1); drop every other branch."""
+        held = [self.slot[p] for p in tree_path(tree, node) if p in self.slot]  # ascending
+        self.lm.keep_positions(self.base, [slot - self.base for slot in held])
+        self.slot = {}
 
     def rollback(self, keep: int) -> None:
         self.lm.rollback(self.lm.length - keep)
+
+
+def tree_path(tree: Tree, node: int) -> list[int]:
+    """The nodes from the root's child down to `node` (empty for the root)."""
+    path = []
+    while node > 0:
+        path.append(node)
+        node = tree.parent[node]
+    return path[::-1]
 
 
 def walk(
