@@ -167,30 +167,6 @@ def precision(records: pd.DataFrame, method: str, k: int, level: float = LEVEL) 
     return stat | {"half_width": half if interval else math.inf, "sd_log": sd}
 
 
-def k_contrasts(records: pd.DataFrame, value: str = "ms_per_token") -> pd.DataFrame:
-    """Per condition and drafting method of a K sweep: its best K (highest speedup) against the
-    smallest and the largest K swept, paired within prompt (ratio = time at the other K / time
-    at the best K; > 1: the best K is faster); `distinguishable` when a 95% interval (n >= 10)
-    excludes 1."""
-    pairs = paired_runs(records, value)
-    keys = present(pairs, [*CONDITION, *(c for c in KNOBS if c != "k")])
-    out = []
-    for key, g in pairs[pairs.k > 0].groupby(keys, sort=True, dropna=False):
-        per_k = {k: np.exp(per_prompt_log_ratio(rows).mean()) for k, rows in g.groupby("k")}
-        best = max(per_k, key=per_k.get)
-        times = g.groupby(["prompt_id", "repeat", "k"])[value].mean().unstack("k")
-        for other in sorted({min(per_k), max(per_k)} - {best}):
-            logs = np.log(times[other] / times[best]).groupby(level="prompt_id").mean()
-            stat = ratio_interval(logs)
-            clear = stat["ratio_interval"] == HEADLINE and not (
-                stat["ratio_low"] <= 1 <= stat["ratio_high"]
-            )
-            out.append(dict(zip(keys, key, strict=True)) | {
-                "best_k": best, "best_speedup": per_k[best], "other_k": other,
-                **stat, "distinguishable": clear})  # fmt: skip
-    return pd.DataFrame(out)
-
-
 def prompts_needed(sd_log: float, half_width: float, ratio: float, level: float = LEVEL) -> int:
     """Prompts for a `level` interval of +-half_width (ratio units) around `ratio`, from the
     per-prompt sd of log ratios: ceil((z * sd_log / (half_width / ratio))^2)."""

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from specbench import stats
+from specbench import contrasts, stats
 from specbench.analysis import __main__ as analysis_cli
 from specbench.analysis import figures, tables, theory
 from specbench.analysis.aggregate import normalize, summary
@@ -464,13 +464,47 @@ def sweep_with_noise(prompts: int = 12) -> pd.DataFrame:
 def test_k_contrasts_tell_the_best_k_from_the_ends():
     frame = normalize(sweep_with_noise())
     best = max(KS, key=lambda k: true_speedup("greedy", k))
-    table = stats.k_contrasts(frame)
+    table = contrasts.k_contrasts(frame)
     assert set(table.best_k) == {best} and set(table.other_k) == set(KS) - {best} & {1, 4}
     vs_one = table[table.other_k == 1].iloc[0]
     ratio = true_speedup("greedy", best) / true_speedup("greedy", 1)
     assert vs_one.distinguishable and abs(np.log(vs_one.ratio / ratio)) < 0.02
-    few = stats.k_contrasts(normalize(sweep_with_noise(prompts=5)))
+    few = contrasts.k_contrasts(normalize(sweep_with_noise(prompts=5)))
     assert not few.distinguishable.any()  # n < 10: a range, never a claim
+
+
+def multidraft_sweep(prompts: int = 12) -> pd.DataFrame:
+    """One setting: AR, then n in {1, 2} x K in {2, 4} (2 x 4 is 10% faster than 1 x 4, the
+    single draft's best K), per-prompt noise of 1%."""
+    rng = np.random.default_rng(1)
+    speed = {(1, 2): 1.5, (1, 4): 1.6, (2, 2): 1.55, (2, 4): 1.76}
+    rows = []
+    for prompt in range(prompts):
+        base = {"experiment": "x", "job": "j", "task": "xsum", "sampling": "t1",
+                "prompt_id": f"p{prompt}", "repeat": 0, "seed": prompt, "max_new_tokens": N,
+                "new_tokens": N, "target": "t", "draft": "d", "dtype": "float32"}  # fmt: skip
+        rows.append(base | ar_row(prompt) | {"ms_per_token": T_MS})
+        for (n, k), s in speed.items():
+            ms = T_MS / s * float(np.exp(rng.normal(0, 0.01)))
+            rows.append(base | sps_row(prompt, k, 0.8) | {
+                "method": "multidraft", "k": k, "n_drafts": n, "drafts_mode": "iid",
+                "ms_per_token": ms})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_draft_contrasts_pair_multi_draft_with_the_single_drafts_best_k():
+    table = contrasts.draft_contrasts(normalize(multidraft_sweep()))
+    assert set(zip(table.n_drafts, table.k, table.against, table.single_k, strict=True)) == {
+        (2, 2, "best K", 4),
+        (2, 2, "same K", 2),
+        (2, 4, "best K", 4),
+        (2, 4, "same K", 4),
+    }
+    row = table[(table.k == 4) & (table.against == "best K")].iloc[0]
+    assert row.distinguishable and abs(row.ratio / 1.1 - 1) < 0.02
+    slower = table[(table.k == 2) & (table.against == "best K")].iloc[0]
+    assert slower.ratio < 1 and slower.n_prompts == 12
+    assert contrasts.draft_contrasts(normalize(sweep_with_noise())).empty  # no multi-draft
 
 
 def test_speedup_figure_overlays_the_calibration_and_the_contrast():

@@ -16,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .. import stats
+from ..contrasts import k_contrasts
 from .aggregate import LEGACY_DEFAULTS, drafting, normalize, series_label, summary
 from .theory import expected_tokens_per_loop, predicted_vs_measured
 
@@ -257,7 +258,7 @@ def speedup_figure(records: pd.DataFrame, calibration: pd.DataFrame | None = Non
     """Paired speedup vs K (geometric mean over prompts, 95% interval) with Thm 3.8 overlaid:
     predicted from a calibration when one is given, and recomputed from the runs' own terms."""
     title = "Speedup over autoregressive decoding vs K (paired per prompt)"
-    contrasts = stats.k_contrasts(normalize(records))
+    contrasts = k_contrasts(normalize(records))
     calibration = pd.DataFrame() if calibration is None else calibration
     if len(calibration) and "cpu_kind" not in calibration:  # as normalize() fills records
         calibration = calibration.assign(cpu_kind=LEGACY_DEFAULTS["cpu_kind"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .. import stats
+from .. import contrasts, stats
 from ..records import (
     AUDIT,
     AUDIT_TOKENS,
@@ -85,7 +85,8 @@ def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
     )
     optional = {
         "vs_hf.csv": comparisons(records),
-        "best_k.csv": stats.k_contrasts(normalize(records)),
+        "best_k.csv": contrasts.k_contrasts(normalize(records)),
+        "multidraft_vs_single.csv": contrasts.draft_contrasts(normalize(records)),
         "time_split.csv": time_split(records),
         "acceptance_by_position.csv": by_position,
     }
