@@ -505,6 +505,8 @@ def test_draft_contrasts_pair_multi_draft_with_the_single_drafts_best_k():
     slower = table[(table.k == 2) & (table.against == "best K")].iloc[0]
     assert slower.ratio < 1 and slower.n_prompts == 12
     assert contrasts.draft_contrasts(normalize(sweep_with_noise())).empty  # no multi-draft
+    labels = set(tables.format_table1(tables.table1(multidraft_sweep())).Method)
+    assert {"multidraft (K=4)", "multidraft (n=2, K=4)", "autoregressive"} <= labels
 
 
 def test_speedup_figure_overlays_the_calibration_and_the_contrast():

@@ -127,8 +127,10 @@ def format_table1(table: pd.DataFrame) -> pd.DataFrame:
     """Table 1 as display strings: one 'value [95% CI]' cell per quantity."""
     out = pd.DataFrame()
     drafts = table.k.notna()
+    n = table.get("n_drafts", pd.Series(1, index=table.index)).fillna(1).astype(int)
+    width = np.where(n > 1, "n=" + n.astype(str) + ", ", "")  # multi-draft: n drafts of K
     out["Method"] = np.where(
-        drafts, table.method + " (K=" + table.k.astype(str) + ")", table.method
+        drafts, table.method + " (" + width + "K=" + table.k.astype(str) + ")", table.method
     )
     out["Task"], out["Sampling"], out["CPU"] = table.task, table.sampling, table.cpu_kind
     out["Metric"] = table.metric.fillna("")
