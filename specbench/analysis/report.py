@@ -69,8 +69,8 @@ def has_k_sweep(records: pd.DataFrame) -> bool:
 
 def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
     """table1.csv/.md, summary.csv, and where they apply vs_hf, best_k (a K sweep's best K
-    against its smallest and largest, paired within prompt), time_split, theory and
-    acceptance_by_position CSVs."""
+    against its smallest and largest, paired within prompt), multidraft_vs_single (n drafts
+    against one), time_split, theory and acceptance_by_position CSVs."""
     table = table1(records)
     write_table(out / "table1.csv", table)
     caption = f"\nTable 1 analogue. {pair_caption(records)}.\n"
