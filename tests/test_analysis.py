@@ -446,14 +446,19 @@ def test_prompts_needed_for_a_half_width():
     assert stats.prompts_needed(0.13, 0.10, 2.0) == 26
 
 
+def sweep_base(prompt: int, sampling: str) -> dict:
+    """The setting and run columns every row of a synthetic sweep shares."""
+    return {"experiment": "x", "job": "j", "task": "xsum", "sampling": sampling,
+            "prompt_id": f"p{prompt}", "repeat": 0, "seed": prompt, "max_new_tokens": N,
+            "new_tokens": N, "target": "t", "draft": "d", "dtype": "float32"}  # fmt: skip
+
+
 def sweep_with_noise(prompts: int = 12) -> pd.DataFrame:
     """One setting, K = 1..4, per-prompt noise around Thm 3.8's speedups (K = 3 best here)."""
     rng = np.random.default_rng(0)
     rows = []
     for prompt in range(prompts):
-        base = {"experiment": "x", "job": "j", "task": "xsum", "sampling": "greedy",
-                "prompt_id": f"p{prompt}", "repeat": 0, "seed": prompt, "max_new_tokens": N,
-                "new_tokens": N, "target": "t", "draft": "d", "dtype": "float32"}  # fmt: skip
+        base = sweep_base(prompt, "greedy")
         rows.append(base | ar_row(prompt) | {"ms_per_token": T_MS})
         for k in KS:
             ms = T_MS / true_speedup("greedy", k) * float(np.exp(rng.normal(0, 0.01)))
@@ -480,9 +485,7 @@ def multidraft_sweep(prompts: int = 12) -> pd.DataFrame:
     speed = {(1, 2): 1.5, (1, 4): 1.6, (2, 2): 1.55, (2, 4): 1.76}
     rows = []
     for prompt in range(prompts):
-        base = {"experiment": "x", "job": "j", "task": "xsum", "sampling": "t1",
-                "prompt_id": f"p{prompt}", "repeat": 0, "seed": prompt, "max_new_tokens": N,
-                "new_tokens": N, "target": "t", "draft": "d", "dtype": "float32"}  # fmt: skip
+        base = sweep_base(prompt, "t1")
         rows.append(base | ar_row(prompt) | {"ms_per_token": T_MS})
         for (n, k), s in speed.items():
             ms = T_MS / s * float(np.exp(rng.normal(0, 0.01)))
