@@ -95,11 +95,13 @@ def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) ->
     """The timing job: interleaved method vs baseline, quality scored after all timing (with
     bench.target_half_width: in blocks of prompts until the interval is that narrow)."""
     sample: dict[str, Any] = {}
-    checkpoint = Checkpoint.of(prep, job_dir)  # sequential jobs save whole blocks instead
+    checkpoint = Checkpoint.of(prep, job_dir)  # the runs of the block (or job) in progress
     if prep.job.overwrite:
         checkpoint.clear()  # redo means every run, not only those a killed attempt missed
     if prep.job.bench.target_half_width is not None:
-        rows, iterations, calibration, sample = run_sequential(prep, models, job_dir, shared)
+        rows, iterations, calibration, sample = run_sequential(
+            prep, models, job_dir, shared, checkpoint
+        )
     else:
         rows, iterations, calibration = measure(prep, models, checkpoint)  # tests/faults patches
         score_rows(prep, rows)

@@ -17,7 +17,7 @@ from . import stats
 from .config import ConfigError, SpecBenchConfig
 from .prepare import Prepared
 from .records import CALIBRATION, ITERATIONS, RECORDS, write_table
-from .timing import Warm, score_rows, time_runs, warm
+from .timing import Checkpoint, Warm, score_rows, time_runs, warm
 
 log = logging.getLogger(__name__)
 BLOCKS = "blocks"  # job_dir/blocks/<first>-<end>.<table>: the finished blocks of a job
@@ -80,10 +80,11 @@ def next_block(done: int, stat: dict[str, Any], job: SpecBenchConfig) -> tuple[i
 
 
 def run_sequential(
-    prep: Prepared, models: tuple, job_dir: Path, shared: dict[str, Any]
+    prep: Prepared, models: tuple, job_dir: Path, shared: dict[str, Any], checkpoint: Checkpoint
 ) -> tuple[list[dict], list[dict], list[dict], dict[str, Any]]:
     """Time blocks of prompts until the stopping rule holds: all rows of the finished blocks
-    (records, iterations, the first warm-up's calibration) and the rule's outcome."""
+    (records, iterations, the first warm-up's calibration) and the rule's outcome. The block in
+    progress is checkpointed per prompt, so a killed job loses at most one prompt."""
     job, root = prep.job, job_dir / BLOCKS
     rows: list[dict] = []
     iterations: list[dict] = []
@@ -106,10 +107,11 @@ def run_sequential(
         span = (done, done + size)
         log.info("prompts %d-%d of at most %d (+-%.3fx so far)", *span, job.bench.max_prompts,
                  stat.get("half_width", math.inf))  # fmt: skip
-        new_rows, new_iters = time_runs(prep, warmed, range(*span))
+        new_rows, new_iters = time_runs(prep, warmed, range(*span), checkpoint)
         score_rows(prep, new_rows)
         write_table(block_path(root, span, ITERATIONS), pd.DataFrame(new_iters))
         write_table(block_path(root, span, RECORDS), pd.DataFrame(new_rows))  # marks it done
+        checkpoint.clear()  # its runs now live in the block
         rows, iterations, done = rows + new_rows, iterations + new_iters, span[1]
     outcome = {
         "stopped_by": why, "target_half_width": job.bench.target_half_width,

@@ -157,3 +157,23 @@ def test_killed_between_prompts_the_rerun_keeps_the_prompt_timed_before(tmp_path
     kept = records.merge(before[["method", "prompt_id", "wall_s"]], on=["method", "prompt_id"])
     assert len(kept) == ROWS_PER_JOB and (kept.wall_s_x == kept.wall_s_y).all()
     assert not (job_dir / "partial_records.parquet").exists()
+
+
+def test_killed_inside_a_precision_block_the_rerun_keeps_its_finished_prompts(tmp_path):
+    """bench.target_half_width jobs checkpoint each prompt of the block in progress too: kill -9
+    after its first prompt, and the rerun times only the rest of that block."""
+    args = ("+experiment=smoke", "-m", "decoder.k=2", "bench.warmup=0", "bench.repeats=1",
+            "bench.num_prompts=3", "bench.max_prompts=3", "bench.target_half_width=0.001",
+            "bench.max_new_tokens=6")  # fmt: skip
+    _kill_at(tmp_path, "cell", job="decoder.k=2", args=args)
+    (job_dir,) = [d for d in (tmp_path / "smoke").iterdir() if d.is_dir() and "k=2" in d.name]
+    before = pd.read_parquet(job_dir / "partial_records.parquet")
+    assert before.prompt_id.nunique() == 1 and not list(job_dir.glob("blocks/*.records.parquet"))
+    command = [sys.executable, str(DRIVER), *args, f"results_dir={tmp_path}"]
+    out = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = pd.read_parquet(job_dir / "records.parquet")
+    assert records.prompt_id.nunique() == 3
+    kept = records.merge(before[["method", "prompt_id", "wall_s"]], on=["method", "prompt_id"])
+    assert len(kept) == len(before) and (kept.wall_s_x == kept.wall_s_y).all()
+    assert not (job_dir / "partial_records.parquet").exists()
