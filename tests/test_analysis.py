@@ -557,3 +557,11 @@ def test_rows_timed_beside_other_work_are_flagged():
     frame.loc[frame.index[:3], "load_1m"] = 3.4
     assert stats.busy_rows(frame).sum() == 3
     assert "3 of" in figures.caption(frame) and "beside other work" in figures.caption(frame)
+
+
+def test_caption_says_when_runs_stop_at_the_task_stops():
+    """A run to the task's stops states the cap and the mean length, not 'N = cap'."""
+    frame = synthetic_records().assign(max_new_tokens=128, fixed_length=True, new_tokens=40)
+    assert "N = 128 new tokens" in figures.caption(frame)
+    stops = figures.caption(frame.assign(fixed_length=False))
+    assert "up to 128 new tokens (task stops; mean 40)" in stops

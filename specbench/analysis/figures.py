@@ -41,10 +41,18 @@ def pair_caption(records: pd.DataFrame) -> str:
     return " | ".join([pair, device, _unique(records, "dtype")])
 
 
+def token_budget(records: pd.DataFrame) -> str:
+    """'N = 128 new tokens', or where runs stop at the task's stops, the cap and the mean."""
+    cap = _unique(records, "max_new_tokens")
+    if "fixed_length" not in records or records.fixed_length.fillna(True).astype(bool).all():
+        return f"N = {cap} new tokens"
+    return f"up to {cap} new tokens (task stops; mean {records.new_tokens.mean():.0f})"
+
+
 def caption(records: pd.DataFrame) -> str:
     """One line naming the target/draft pair, device, dtype, N and the amount of data."""
     runs = f"{records.prompt_id.nunique()} prompts x {records.repeat.nunique()} repeats"
-    parts = [pair_caption(records), f"N = {_unique(records, 'max_new_tokens')} new tokens", runs]
+    parts = [pair_caption(records), token_budget(records), runs]
     if "git_sha" in records:
         parts.append(f"git {_unique(records, 'git_sha')[:8]}")
     busy = int(stats.busy_rows(records).sum())
