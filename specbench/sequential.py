@@ -36,11 +36,12 @@ def needed(stat: dict[str, Any], half_width: float) -> int | None:
     return stats.prompts_needed(stat["sd_log"], half_width, stat["ratio"])
 
 
-def pilot_size(job: SpecBenchConfig) -> int:
-    """The first block: from bench.pilot's records when given, else bench.num_prompts."""
+def pilot_size(job: SpecBenchConfig, available: int) -> int:
+    """The first block: from bench.pilot's records when given (at most the cap and the task's
+    `available` prompts), else bench.num_prompts."""
     bench = job.bench
     if bench.pilot is None:
-        return bench.num_prompts
+        return min(bench.num_prompts, available)
     path = Path(bench.pilot)
     path = path / RECORDS if path.is_dir() else path
     if not path.is_file():
@@ -54,7 +55,7 @@ def pilot_size(job: SpecBenchConfig) -> int:
             f"{job.decoder.k} on {job.task.name}/{job.sampling.name} to size a run from"
         )
     log.info("pilot %s: %d prompts for +-%.3fx", path, count, bench.target_half_width)
-    return max(stats.MIN_INTERVAL_PROMPTS, count)
+    return min(max(stats.MIN_INTERVAL_PROMPTS, count), bench.max_prompts or count, available)
 
 
 def saved_blocks(root: Path) -> list[tuple[int, int]]:
@@ -67,10 +68,14 @@ def block_path(root: Path, span: tuple[int, int], table: str) -> Path:
     return root / f"{span[0]:04d}-{span[1]:04d}.{table}"
 
 
-def next_block(done: int, stat: dict[str, Any], job: SpecBenchConfig) -> tuple[int, str]:
-    """(prompts to add, why) after `done` prompts; 0 prompts when the rule stops the job."""
+def next_block(
+    done: int, stat: dict[str, Any], job: SpecBenchConfig, available: int | None = None
+) -> tuple[int, str]:
+    """(prompts to add, why) after `done` prompts; 0 prompts when the rule stops the job. The
+    cap is bench.max_prompts, or the task's `available` prompts where it has fewer."""
     bench = job.bench
     cap = bench.max_prompts or done
+    cap = cap if available is None else min(cap, available)
     if stat["half_width"] <= bench.target_half_width:
         return 0, "half_width"
     if done >= cap:
@@ -92,12 +97,13 @@ def run_sequential(
         rows += pd.read_parquet(block_path(root, span, RECORDS)).to_dict("records")
         iterations += pd.read_parquet(block_path(root, span, ITERATIONS)).to_dict("records")
     done = max((end for _, end in saved_blocks(root)), default=0)
-    size, why = (pilot_size(job), "adding") if done == 0 else (0, "")
+    available = len(prep.prompts)
+    size, why = (pilot_size(job, available), "adding") if done == 0 else (0, "")
     warmed: Warm | None = None
     while True:
         stat = headline(pd.DataFrame([shared | r for r in rows]), job) if rows else {}
         if rows:
-            size, why = next_block(done, stat, job)
+            size, why = next_block(done, stat, job, available)
         if size == 0:
             break
         if warmed is None:
@@ -105,7 +111,7 @@ def run_sequential(
             if warmed.calibration and not (root / CALIBRATION).is_file():
                 write_table(root / CALIBRATION, pd.DataFrame(warmed.calibration))
         span = (done, done + size)
-        log.info("prompts %d-%d of at most %d (+-%.3fx so far)", *span, job.bench.max_prompts,
+        log.info("prompts %d-%d of at most %d (+-%.3fx so far)", *span, available,
                  stat.get("half_width", math.inf))  # fmt: skip
         new_rows, new_iters = time_runs(prep, warmed, range(*span), checkpoint)
         score_rows(prep, new_rows)

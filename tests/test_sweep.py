@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import ROOT, run_cli
@@ -201,6 +202,21 @@ def test_stopping_rule(compose_cfg):
     size, why = next_block(10, wide, job)  # (1.96 * 0.12 * 2 / 0.05)^2 = 88.5 -> 89 - 10
     assert why == "adding" and size == 79
     assert next_block(88, wide, job)[0] == MIN_BLOCK
+    assert next_block(10, wide, job, available=40) == (30, "adding")  # a task of 40 prompts
+    assert next_block(40, wide, job, available=40) == (0, "max_prompts")
+
+
+def test_pilot_sizes_the_first_block_within_the_cap_and_the_task(compose_cfg, tmp_path):
+    """A pilot asking for 300 prompts starts a block of at most max_prompts and of what the
+    task has (HumanEval's 164), not past its end."""
+    from specbench.runner import to_config
+    from specbench.sequential import pilot_size
+
+    over = ["bench.target_half_width=0.01", "bench.max_prompts=200"]
+    pilot = synthetic_pilot(tmp_path, to_config(compose_cfg(over)))
+    job = to_config(compose_cfg([*over, f"bench.pilot={pilot}"]))
+    assert pilot_size(job, available=164) == 164
+    assert pilot_size(job, available=500) == 200
 
 
 def test_a_long_job_name_is_cut_and_hashed_to_fit_a_file_name():
@@ -212,3 +228,21 @@ def test_a_long_job_name_is_cut_and_hashed_to_fit_a_file_name():
     assert len(name) == MAX_NAME and name == job_dirname(long)
     assert name != job_dirname(long.replace("x", "y", 1))
     assert job_dirname("decoder.k=2") == "decoder.k=2" and job_dirname("") == "default"
+
+
+def synthetic_pilot(tmp_path, job) -> str:
+    """A pilot's records: 12 prompts of paired runs at the job's K, sd of log ratios ~0.1."""
+    rng = np.random.default_rng(0)
+    base = {"task": job.task.name, "sampling": job.sampling.name, "job": "pilot", "repeat": 0}
+    rows = []
+    for i in range(12):
+        ar = 100.0
+        run = base | {"prompt_id": str(i), "seed": i}
+        rows.append(run | {"method": "autoregressive", "paired_with": "", "k": 0,
+                           "ms_per_token": ar})  # fmt: skip
+        rows.append(run | {"method": job.decoder.name, "paired_with": "autoregressive",
+                           "k": job.decoder.k,
+                           "ms_per_token": ar / 2 * float(np.exp(rng.normal(0, 0.1)))})  # fmt: skip
+    path = tmp_path / "records.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    return str(path)
