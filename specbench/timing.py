@@ -107,6 +107,9 @@ def time_runs(
     job, device = prep.job, prep.job.backend.device
     bound, encoded, predicted = warmed.bound, warmed.encoded, warmed.predicted
     rows, iterations = checkpoint.load() if checkpoint else ([], [])
+    wanted = {prep.prompts[i].id for i in prompts}  # a finished block's leftovers are not ours
+    rows = [r for r in rows if r["prompt_id"] in wanted]
+    iterations = [it for it in iterations if it["prompt_id"] in wanted]
     done = {(r["prompt_id"], r["repeat"]) for r in rows}
     cells = [(i, r) for i in prompts for r in range(job.bench.repeats)
              if (prep.prompts[i].id, r) not in done]  # fmt: skip
