@@ -185,7 +185,8 @@ def table(lat: pd.DataFrame, acc: pd.DataFrame, spd: pd.DataFrame) -> pd.DataFra
     return out.rename_axis("variant").reset_index()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (see --help)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -203,7 +204,11 @@ def main() -> None:
         help="skip the compiled latency rows (compiling costs ~1 min per model)",
     )
     parser.add_argument("--out", type=Path, default=Path("results/draft_variants"))
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     register_configs()
     meta = provenance("cpu") | {"tokens": args.tokens, "prompts": args.prompts}  # before any work
     preps = {s: prepared(s, args.prompts, args.tokens) for s in SETTINGS}

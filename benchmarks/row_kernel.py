@@ -6,8 +6,10 @@ call so that both see the same machine state:
 
     python benchmarks/row_kernel.py            # the target's shapes, 2 threads
     python benchmarks/row_kernel.py --avx2     # torch held to its AVX2 kernels (AVX-512 CPUs)
+    python benchmarks/row_kernel.py --int4     # the int4 draft's shapes: torch's int4 vs ours
 
-Target (issue 23): T(5)/T(1) <= 1.7 on the chosen kernel where eager bf16 has > 3.
+Target (issue 23): T(5)/T(1) <= 1.7 on the chosen kernel where eager bf16 has > 3. With --int4
+the "eager" column is torch's int4 kernel (`Int4Linear`), "kernel" specbench's (`Int4RowsLinear`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,41 @@ import sys
 import time
 
 ROWS = (1, 2, 3, 5, 9, 17)
+INT4_ROWS = (1, 2, 3, 5, 8)  # the int path's widths (quantize.DENSE_TOKENS)
 SHAPES = {  # (out, in) of Qwen2.5-1.5B's linears; lm_head once per step
     "q/o_proj": (1536, 1536),
     "gate/up_proj": (8960, 1536),
     "down_proj": (1536, 8960),
     "lm_head": (151936, 1536),
 }
+INT4_SHAPES = {  # Qwen2.5-0.5B's, the int4 draft
+    "q/o_proj": (896, 896),
+    "gate/up_proj": (4864, 896),
+    "down_proj": (896, 4864),
+    "lm_head": (151936, 896),
+}
+
+
+def layers(out_f: int, in_f: int, int4: bool, gen):
+    """(eager, kernel) callables on x for one shape: bf16 F.linear vs the bf16 row kernel, or
+    torch's int4 layer vs specbench's."""
+    import torch
+
+    from specbench.cpu_gemm import bf16_linear
+    from specbench.quantize import Int4Linear, Int4RowsLinear
+
+    linear = torch.nn.Linear(in_f, out_f, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(out_f, in_f, generator=gen))
+    linear = linear.to(torch.bfloat16)
+    if int4:
+        theirs, ours = Int4Linear(linear), Int4RowsLinear(linear)
+        return theirs._int_forward, ours._int_forward
+    weight = linear.weight.detach()
+    return (
+        lambda x: torch.nn.functional.linear(x, weight),
+        lambda x: bf16_linear(x.float(), weight).to(torch.bfloat16),
+    )
 
 
 def timed_pair(eager, kernel, calls: int) -> tuple[float, float]:
@@ -44,6 +75,7 @@ def main() -> None:
     parser.add_argument("--avx2", action="store_true", help="restrict torch to AVX2 kernels")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--calls", type=int, default=15)
+    parser.add_argument("--int4", action="store_true", help="the int4 draft's shapes and kernels")
     args = parser.parse_args()
     if args.avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
         from specbench.kernels import AVX2_ENV  # before torch is imported in the child
@@ -54,7 +86,7 @@ def main() -> None:
 
     import torch
 
-    from specbench.cpu_gemm import bf16_linear, load_kernel
+    from specbench.cpu_gemm import load_kernel
 
     torch.set_num_threads(args.threads)
     load_kernel()
@@ -63,14 +95,15 @@ def main() -> None:
     print(f"{'shape':>14} {'M':>3} {'eager ms':>9} {'kernel ms':>10} {'kernel/eager':>13}"
           f" {'eager T(M)/T(1)':>16} {'kernel T(M)/T(1)':>17}")  # fmt: skip
     gen = torch.Generator().manual_seed(0)
-    for name, (out_f, in_f) in SHAPES.items():
-        weight = torch.randn(out_f, in_f, generator=gen).to(torch.bfloat16)
+    shapes, widths = (INT4_SHAPES, INT4_ROWS) if args.int4 else (SHAPES, ROWS)
+    for name, (out_f, in_f) in shapes.items():
+        eager_fn, kernel_fn = layers(out_f, in_f, args.int4, gen)
         first = None
-        for rows in ROWS:
+        for rows in widths:
             x = torch.randn(rows, in_f, generator=gen).to(torch.bfloat16)
             eager, kernel = timed_pair(
-                lambda: torch.nn.functional.linear(x, weight),  # noqa: B023
-                lambda: bf16_linear(x.float(), weight).to(torch.bfloat16),  # noqa: B023
+                lambda: eager_fn(x),  # noqa: B023
+                lambda: kernel_fn(x),  # noqa: B023
                 args.calls,
             )
             first = first or (eager, kernel)

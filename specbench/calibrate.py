@@ -137,6 +137,7 @@ def verdict(rows: list[dict[str, Any]], k: int, backend: str) -> str:
 def costs_key(job: SpecBenchConfig) -> str:
     """What a calibration's measured costs depend on: this CPU and torch, the pair, the
     kernels, the setting, the widths and the alpha run."""
+    from .cpu_gemm import source_digest
     from .provenance import cpu_columns
 
     backend, profile = job.backend, job.profile
@@ -145,7 +146,7 @@ def costs_key(job: SpecBenchConfig) -> str:
         "models": [(m.name, m.source, m.quantize, m.torch_dtype_name(backend.dtype))
                    for m in (job.target, job.draft)],
         "backend": [backend.name, backend.compile, backend.static_cache, backend.prompt_fp32,
-                    backend.rows_kernel],
+                    backend.rows_kernel and source_digest()],
         "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],
         "widths": [max(job.decoder.ks()), profile.max_k, profile.alpha_prompts,
                    profile.alpha_tokens, job.bench.seed],

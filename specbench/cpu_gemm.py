@@ -1,16 +1,18 @@
-"""specbench's bf16 row kernel for x86 CPUs without native bf16 dot products (issue 23).
+"""specbench's row kernels for x86 CPUs without native bf16 dot products (issue 23).
 
 `csrc/bf16_gemm.cpp` computes x @ w.T for a few rows of x against a bf16 weight with AVX2 + FMA:
 each weight block is widened to fp32 once and multiplied into every row in registers, so K+1
-rows cost about one row (memory-bound), where eager bf16 on AVX2 costs K+1 rows. No graph
-compile: the extension is built once per torch version (~20 s on 2 cores) into the specbench
-cache and loads in milliseconds after. Each output row is computed the same way whatever the
-number of rows in the call (batch invariant), so scoring K+1 tokens gives each position the
-logits a single step would.
-"""
+rows cost about one row (memory-bound), where eager bf16 on AVX2 costs K+1 rows. `int4_linear`
+does the same for the int4 draft's group-quantized weights (activations rounded to int8 per
+group, one byte multiply-add per code), where torch's int4 kernel is compute-bound on AVX2. No
+graph compile: the extension is built once per torch version (~20 s on 2 cores) into the
+specbench cache and loads in milliseconds after. Each output row is computed the same way
+whatever the number of rows in the call (batch invariant), so scoring K+1 tokens gives each
+position the logits a single step would."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import platform
 import shutil
@@ -40,6 +42,11 @@ def unavailable() -> str | None:
     return None
 
 
+def source_digest() -> str:
+    """A short hash of the kernels' source: cached measurements of them are keyed by it."""
+    return hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
+
+
 @cache
 def load_kernel() -> None:
     """Build (first time: ~20 s) or load the extension; registers torch.ops.specbench."""
@@ -67,3 +74,19 @@ def load_kernel() -> None:
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """(M, K) fp32 x @ (N, K) bf16 weight.T -> (M, N) fp32, through the row kernel."""
     return torch.ops.specbench.bf16_linear(x, weight)
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """(N, K) int4 codes (0..15) -> (N, K / 2) uint8 in int4_linear's layout: per group of 32,
+    byte j holds code j in its low nibble and code j + 16 in its high one."""
+    n, k = codes.shape
+    halves = codes.reshape(n, k // 32, 2, 16).to(torch.uint8)
+    return (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(n, k // 2).contiguous()
+
+
+def int4_linear(
+    x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, low: torch.Tensor
+) -> torch.Tensor:
+    """(M, K) fp32 x @ int4 weight.T -> (M, N) fp32, w = code * scale + low per group of 32
+    (packed from `pack_nibbles`; scale, low (N, K / 32) fp32); x rounded to int8 per group."""
+    return torch.ops.specbench.int4_linear(x, packed, scale, low)

@@ -9,6 +9,7 @@ time. The levers, chosen per backend (conf/backend/cpu_avx2.yaml, cpu_compiled.y
   fp32), one graph per call width, kept in a persistent cache (`inductor_cache`);
 - decode and scoring matmuls (<= ROWS_MAX rows) through specbench's AVX2 row kernel
   (`specbench.cpu_gemm`): K+1 rows read the bf16 weight once, no graph compile (`cpu_avx2`);
+  an int4 draft's decode matmuls on its int4 row kernel (`quantize.Int4RowsLinear`);
 - prompt-width matmuls (> PROMPT_ROWS rows) in fp32, the bf16 weight upcast per call
   (`CpuLinear`): an fp32 GEMM on MKL is compute-efficient where bf16 is not.
 """

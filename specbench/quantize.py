@@ -4,7 +4,8 @@ A latency lever for the *draft*: speculative sampling stays exact whatever the d
 cheaper draft only moves acceptance and speed. Decode steps (<= DENSE_TOKENS tokens) use the
 int kernels; a prompt's prefill uses the float weights, kept beside them (memory for latency).
 `ModelConfig.quantize` picks the mode; every `nn.Linear` (the lm_head included, untied from the
-embedding) is swapped for one of these.
+embedding) is swapped for one of these. Backends with `rows_kernel` (AVX2) run int4 on
+specbench's own row kernel (`Int4RowsLinear`): torch's is compute-bound there.
 """
 
 from __future__ import annotations
@@ -56,28 +57,57 @@ class Int8Linear(WeightOnly):
         return torch.ops.aten._weight_int8pack_mm(flat, self.weight, self.scales)  # [tokens, out]
 
 
+def int4_grid(weight: torch.Tensor, group: int = INT4_GROUP) -> tuple[torch.Tensor, ...]:
+    """Group-wise asymmetric 4-bit codes of an (out, in) weight: w ~= (q - 8) * scale + zero
+    -> codes (out, in) int32 in 0..15, scale and zero (out, in / group) in weight's dtype."""
+    out_f, in_f = weight.shape
+    grouped = weight.detach().float().reshape(out_f, in_f // group, group)
+    low, high = grouped.amin(-1, keepdim=True), grouped.amax(-1, keepdim=True)
+    scale = (high - low).clamp(min=1e-8) / 15  # [out, in/group, 1]
+    codes = torch.round((grouped - low) / scale).clamp(0, 15).reshape(out_f, in_f)
+    zero = low + 8 * scale
+    return codes.to(torch.int32), scale[..., 0].to(weight.dtype), zero[..., 0].to(weight.dtype)
+
+
 class Int4Linear(WeightOnly):
     """Group-wise asymmetric 4-bit weights, groups of INT4_GROUP inputs
     (aten._weight_int4pack_mm_for_cpu); w ~= (q - 8) * scale + zero per group."""
 
     def __init__(self, linear: nn.Linear, group: int = INT4_GROUP) -> None:
         super().__init__(linear)
-        out_f, in_f = linear.weight.shape
-        weight = linear.weight.detach().float().reshape(out_f, in_f // group, group)
-        low, high = weight.amin(-1, keepdim=True), weight.amax(-1, keepdim=True)
-        scale = (high - low).clamp(min=1e-8) / 15  # [out, in/group, 1]
-        codes = torch.round((weight - low) / scale).clamp(0, 15).reshape(out_f, in_f)
-        zero = low + 8 * scale
-        pairs = torch.cat([scale, zero], dim=-1).transpose(0, 1)  # [in/group, out, 2]
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
-        self.register_buffer("weight", packed)
-        self.register_buffer("scales_and_zeros", pairs.contiguous().to(linear.weight.dtype))
         self.group = group
+        self.pack(*int4_grid(linear.weight, group))
+
+    def pack(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
+        """Store the codes and their (scale, zero) pairs in the kernel's layout."""
+        pairs = torch.stack([scale, zero], dim=-1).transpose(0, 1)  # [in/group, out, 2]
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+        self.register_buffer("weight", packed)
+        self.register_buffer("scales_and_zeros", pairs.contiguous())
 
     def _int_forward(self, flat: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(
             flat, self.weight, self.group, self.scales_and_zeros
         )  # [tokens, out]
+
+
+class Int4RowsLinear(Int4Linear):
+    """Int4Linear on specbench's AVX2 row kernel (`cpu_gemm.int4_linear`, backends with
+    rows_kernel): the same codes, scales and zeros; activations rounded to int8 per group."""
+
+    def pack(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
+        from .cpu_gemm import load_kernel, pack_nibbles
+
+        load_kernel()
+        scale32 = scale.float().contiguous()  # (out, in/group): w = q * scale + (zero - 8 scale)
+        self.register_buffer("weight", pack_nibbles(codes))
+        self.register_buffer("scale", scale32)
+        self.register_buffer("low", (zero.float() - 8 * scale32).contiguous())
+
+    def _int_forward(self, flat: torch.Tensor) -> torch.Tensor:
+        from .cpu_gemm import int4_linear
+
+        return int4_linear(flat.float(), self.weight, self.scale, self.low).to(flat.dtype)
 
 
 def quantizable(linear: nn.Linear, mode: str) -> bool:
@@ -87,14 +117,15 @@ def quantizable(linear: nn.Linear, mode: str) -> bool:
     )
 
 
-def quantize_linears(model: nn.Module, mode: str) -> nn.Module:
+def quantize_linears(model: nn.Module, mode: str, rows_kernel: bool = False) -> nn.Module:
     """Swap every nn.Linear of a CPU model for its weight-only `mode` version, in place
-    (a layer whose shape the int4 kernel does not take stays as it is)."""
+    (a layer whose shape the int4 kernel does not take stays as it is); rows_kernel: int4 on
+    specbench's AVX2 row kernel instead of torch's."""
     if mode == "none":
         return model
     if mode not in QUANTIZE:
         raise ValueError(f"quantize must be one of {QUANTIZE}, got {mode!r}")
-    layer = Int8Linear if mode == "int8" else Int4Linear
+    layer = Int8Linear if mode == "int8" else Int4RowsLinear if rows_kernel else Int4Linear
     targets = [
         (name, module)
         for name, module in model.named_modules()

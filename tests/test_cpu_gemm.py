@@ -6,9 +6,11 @@ import torch
 from conftest import run_cli
 
 from specbench import SamplingParams, autoregressive_generate, speculative_generate
-from specbench.config import BackendConfig, ConfigError
-from specbench.cpu_gemm import bf16_linear, load_kernel, unavailable
+from specbench.config import BackendConfig, ConfigError, ModelConfig, TinySpec
+from specbench.cpu_gemm import bf16_linear, int4_linear, load_kernel, pack_nibbles, unavailable
 from specbench.kernels import PROMPT_ROWS, ROWS_MAX, CpuLinear, auto_choice, cpu_linears
+from specbench.models import load_model
+from specbench.quantize import DENSE_TOKENS, Int4Linear, Int4RowsLinear, quantize_linears
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
 
 needs_kernel = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
@@ -79,6 +81,60 @@ def test_rows_kernel_greedy_speculative_equals_autoregressive(kernel):
         sps = speculative_generate(target, draft, ids, k=k, **common)
         assert sps.tokens == ar.tokens
         assert 0 < sum(sps.accepted) < sum(sps.proposed)
+
+
+@needs_kernel
+@pytest.mark.parametrize(("n", "k"), [(48, 64), (33, 96), (7, 32)])
+def test_int4_kernel_matches_its_dequantized_weight_and_is_batch_invariant(kernel, n, k):
+    """1..11 rows (pairs of weight rows up to 4, single rows and 8-row blocks after; odd N):
+    close to fp32 x @ w.T with w = code * scale + low (x rounded to int8 per group of 32),
+    and each row bitwise what it is alone."""
+    gen = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 16, (n, k), generator=gen)
+    scale, low = torch.rand(n, k // 32, generator=gen), torch.randn(n, k // 32, generator=gen)
+    weight = codes.reshape(n, k // 32, 32) * scale[..., None] + low[..., None]  # (n, G, 32)
+    packed, x = pack_nibbles(codes), torch.randn(11, k, generator=gen)
+    single = torch.cat([int4_linear(x[i : i + 1], packed, scale, low) for i in range(11)])
+    ref = x @ weight.reshape(n, k).T
+    assert (single - ref).norm() / ref.norm() < 0.01
+    for m in range(1, 12):
+        assert torch.equal(int4_linear(x[:m].contiguous(), packed, scale, low), single[:m]), m
+    with pytest.raises(RuntimeError, match="32-input groups"):
+        int4_linear(torch.randn(2, 48), packed, scale, low)
+    with pytest.raises(RuntimeError, match="uint8"):
+        int4_linear(x, codes.to(torch.int32), scale, low)
+
+
+@needs_kernel
+def test_int4_rows_layer_is_torchs_int4_layer_on_the_row_kernel(kernel):
+    """Same codes, scales and zeros as Int4Linear: decode rows agree to the activations'
+    int8 rounding, prompt rows run on the same float weight bit for bit."""
+    torch.manual_seed(2)
+    linear = torch.nn.Linear(128, 96).to(torch.bfloat16)
+    ours, theirs = Int4RowsLinear(linear), Int4Linear(linear)
+    step = torch.randn(1, DENSE_TOKENS, 128, dtype=torch.bfloat16)
+    a, b = ours(step).float(), theirs(step).float()
+    assert (a - b).norm() / b.norm() < 0.02
+    prompt = torch.randn(1, DENSE_TOKENS + 1, 128, dtype=torch.bfloat16)
+    assert torch.equal(ours(prompt), theirs(prompt))
+
+
+@needs_kernel
+def test_int4_draft_on_the_row_kernel_keeps_greedy_parity(kernel):
+    """backend rows_kernel + quantize int4: the draft's linears are Int4RowsLinear, and
+    greedy speculative sampling still emits the target's greedy tokens."""
+    backend = BackendConfig(dtype="bfloat16", rows_kernel=True, prompt_fp32=True)
+    cfg = ModelConfig(name="d", loader="tiny", tiny=TinySpec(hidden=64), quantize="int4")
+    assert any(isinstance(m, Int4RowsLinear) for m in load_model(cfg, backend).modules())
+    target = tiny_model("qwen2", seed=1, std=0.5).to(torch.bfloat16)
+    draft = quantize_linears(perturbed_copy(target, noise=0.1, seed=2), "int4", rows_kernel=True)
+    cpu_linears(target, prompt_fp32=True, rows_kernel=True)
+    cpu_linears(draft, prompt_fp32=True, rows_kernel=True)
+    ids = byte_tokenizer()("def add(a, b):\n", return_tensors="pt").input_ids
+    common = dict(max_new_tokens=24, sampling=GREEDY, generator=None)
+    ar = autoregressive_generate(target, ids, **common)
+    sps = speculative_generate(target, draft, ids, k=4, **common)
+    assert sps.tokens == ar.tokens and 0 < sum(sps.accepted) < sum(sps.proposed)
 
 
 def test_backend_refuses_rows_kernel_with_compile_or_fp32():

@@ -1,10 +1,12 @@
-// y = x @ w.T (+ bias) for a few rows of x and a bf16 weight, with AVX2 + FMA (issue 23).
+// y = x @ w.T (+ bias) for a few rows of x and a bf16 or int4 weight, with AVX2 + FMA (issue 23).
 //
 // On CPUs without native bf16 dot products, eager bf16 GEMMs are compute-bound from two rows
 // on. This kernel widens each 8-element block of a weight row to fp32 once and multiplies it
 // into every row of x (fp32) in registers, so M rows read the weight once: memory-bound like a
 // single row. Each output is the same 8-lane fp32 accumulation in the same order for any M, so
 // the result for a row does not depend on how many rows are in the call (batch invariant).
+// int4_linear does the same for group-quantized 4-bit weights (the int4 draft), where torch's
+// own int4 kernel is compute-bound on AVX2 (~5 GB/s of weights).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -13,7 +15,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace {
 
@@ -75,6 +79,80 @@ void rows(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int
   }
 }
 
+// int4 weights, groups of 32 inputs: w[n, 32 g + j] = q * scale[n, g] + low[n, g], with
+// packed[n, 16 g + j] = q[n, 32 g + j] | q[n, 32 g + 16 + j] << 4 (j < 16). Each row of x is
+// quantized per group to int8 (xq * dx, |xq| <= 127, as llama.cpp's q8 activations), so a
+// group's dot product is one byte multiply-add (maddubs): sum_j q xq * dx * scale; the low term
+// uses the exact fp32 group sums of x: sum_g low * xsum.
+inline __m256i unpack_codes(const uint8_t* p) {
+  // 16 bytes of nibble pairs -> 32 codes: bytes 0..15 the low nibbles, 16..31 the high ones
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+template <int R, int MR>
+void int4_block(const int8_t* xq, const float* dx, const float* xsum, const uint8_t* w,
+                const float* scale, const float* low, float* y, int64_t K, int64_t N, int64_t n,
+                int64_t m0) {
+  // R weight rows (n .. n+R) times MR rows of x (m0 ..): y[m, n + r]
+  const int64_t G = K / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][MR];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    __m256i codes[R];
+    __m256 s[R];
+    for (int r = 0; r < R; ++r) {
+      codes[r] = unpack_codes(w + (n + r) * (K / 2) + g * 16);
+      s[r] = _mm256_set1_ps(scale[(n + r) * G + g]);
+    }
+    for (int m = 0; m < MR; ++m) {
+      const int64_t row = (m0 + m) * G + g;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + row * 32));
+      const __m256 d = _mm256_set1_ps(dx[row]);
+      for (int r = 0; r < R; ++r) {
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(codes[r], xv), ones);  // 8 x i32
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(s[r], d), acc[r][m]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < MR; ++m) {
+      const float* lr = low + (n + r) * G;
+      float z = 0.0f;
+      for (int64_t g = 0; g < G; ++g) z += lr[g] * xsum[(m0 + m) * G + g];
+      y[(m0 + m) * N + n + r] = hsum(acc[r][m]) + z;
+    }
+}
+
+template <int R>
+void int4_rows(const int8_t* xq, const float* dx, const float* xsum, const uint8_t* w,
+               const float* scale, const float* low, float* y, int64_t M, int64_t K, int64_t N,
+               int64_t n) {
+  constexpr int MAXM = R == 2 ? 4 : 8;  // accumulators + codes + scales in 16 registers
+  for (int64_t m0 = 0; m0 < M; m0 += MAXM) {
+    switch (std::min<int64_t>(M - m0, MAXM)) {
+#define CASE(c) case c: if constexpr (c <= MAXM) int4_block<R, c>(xq, dx, xsum, w, scale, low, y, K, N, n, m0); break;
+      CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+#undef CASE
+    }
+  }
+}
+
+// Each 32-value group of x -> int8 codes xq and a scale dx (x ~= xq * dx), and its exact sum
+void quantize_rows(const float* x, int64_t groups, int8_t* xq, float* dx, float* xsum) {
+  for (int64_t i = 0; i < groups; ++i) {
+    const float* v = x + i * 32;
+    float amax = 0.0f, sum = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j])), sum += v[j];
+    const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; ++j) xq[i * 32 + j] = static_cast<int8_t>(std::nearbyint(v[j] * inv));
+    dx[i] = d, xsum[i] = sum;
+  }
+}
+
 }  // namespace
 
 // x: (M, K) fp32 contiguous; weight: (N, K) bf16 contiguous; returns (M, N) fp32
@@ -100,10 +178,46 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight) {
   return y;
 }
 
+// x: (M, K) fp32; packed: (N, K / 2) uint8; scale, low: (N, K / 32) fp32; returns (M, N) fp32
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
+                       const at::Tensor& low) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: (M, K) fp32");
+  const int64_t M = x.size(0), K = x.size(1), N = packed.size(0);
+  TORCH_CHECK(K % 32 == 0, "int4_linear: K must be a whole number of 32-input groups");
+  TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                  packed.size(1) * 2 == K,
+              "packed: (N, K / 2) uint8, two codes a byte");
+  for (const at::Tensor* t : {&scale, &low})
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous() && t->dim() == 2 &&
+                    t->size(0) == N && t->size(1) == K / 32,
+                "scale, low: (N, K / 32) fp32");
+  const int64_t G = K / 32;
+  std::vector<int8_t> xq(M * K);
+  std::vector<float> dx(M * G), xsum(M * G);  // (M, G) each
+  quantize_rows(x.data_ptr<float>(), M * G, xq.data(), dx.data(), xsum.data());
+  auto y = at::empty({M, N}, x.options());
+  const float *sp = scale.data_ptr<float>(), *lp = low.data_ptr<float>();
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  const int64_t R = M <= 4 ? 2 : 1, blocks = N / R;  // weight rows per block
+  const int8_t* xqp = xq.data();
+  const float *dxp = dx.data(), *xsp = xsum.data();
+  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      if (R == 2) int4_rows<2>(xqp, dxp, xsp, wp, sp, lp, yp, M, K, N, b * 2);
+      else int4_rows<1>(xqp, dxp, xsp, wp, sp, lp, yp, M, K, N, b);
+    }
+  });
+  for (int64_t n = blocks * R; n < N; ++n) int4_rows<1>(xqp, dxp, xsp, wp, sp, lp, yp, M, K, N, n);
+  return y;
+}
+
 TORCH_LIBRARY(specbench, m) {
   m.def("bf16_linear(Tensor x, Tensor weight) -> Tensor");
+  m.def("int4_linear(Tensor x, Tensor packed, Tensor scale, Tensor low) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(specbench, CPU, m) {
   m.impl("bf16_linear", &bf16_linear);
+  m.impl("int4_linear", &int4_linear);
 }

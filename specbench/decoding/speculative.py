@@ -133,6 +133,18 @@ def step(
     return accepted, k_now, beta
 
 
+def emit(result: GenerationResult, new: list[int], k_now: int, stop: StopCondition | None) -> bool:
+    """Append one iteration's accepted tokens + the next one; True when a stop string cut them."""
+    result.accepted.append(len(new) - 1)
+    result.proposed.append(k_now)
+    result.tokens.extend(new)
+    hit = stop.find(result.tokens, len(result.tokens) - len(new)) if stop else None
+    if hit:
+        del result.tokens[hit[0] :]
+        result.stopped_by = hit[1]
+    return hit is not None
+
+
 @torch.inference_mode()
 def draft_and_verify(
     target: torch.nn.Module,
@@ -152,12 +164,11 @@ def draft_and_verify(
 ) -> GenerationResult:
     """Sample up to max_new_tokens after input_ids (1, T); exactly the target's distribution.
 
-    The target keeps a KV cache of every token but the last emitted one. Each iteration the
-    drafter proposes K' <= K tokens, the target scores [last, x_1..x_K'] in one call, `verify`
-    accepts n of them and draws one more, and both caches are cropped to the accepted prefix.
-    verify_fn replaces the rejection test (same signature as `verify`): trace replay and the
-    audit's deliberately biased control use it; anything else breaks exactness. step_fn
-    replaces the iteration (multi-draft's token tree: `multidraft.tree_step`).
+    The target caches every token but the last emitted one. Each iteration the drafter
+    proposes K' <= K tokens, the target scores [last, x_1..x_K'] in one call, `verify` accepts
+    n of them and draws one more, and both caches are cropped to the accepted prefix.
+    verify_fn replaces the rejection test (trace replay; the audit's biased control: anything
+    else breaks exactness); step_fn the iteration (multi-draft's `multidraft.tree_step`).
     """
     check_inputs(input_ids, max_new_tokens)
     if k < 1:
@@ -176,18 +187,13 @@ def draft_and_verify(
             tlm, drafter, ids, n, k_max, sampling, generator, verify_fn, clock
         )
         betas.append(beta)
-        result.accepted.append(accepted)
-        result.proposed.append(k_now)
         new = ids[0, n : n + accepted + 1].tolist()
         n += accepted + 1
         tlm.rollback(tlm.length - (n - 1))  # keep all but the newest token
         drafter.rollback(n - 1)
-        result.tokens.extend(new)
-        hit = stop.find(result.tokens, len(result.tokens) - len(new)) if stop else None
+        stopped = emit(result, new, k_now, stop)
         clock.lap("overhead")
-        if hit:
-            del result.tokens[hit[0] :]
-            result.stopped_by = hit[1]
+        if stopped:
             break
     result.expected_acceptance = torch.cat(betas).tolist()
     clock.lap("overhead")
