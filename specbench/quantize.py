@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .config import QUANTIZE
+from .cpu_gemm import int4_linear, load_kernel, pack_nibbles
 
 INT4_GROUP = 32  # weights per (scale, zero) pair: the GGUF Q4_K grid's block size
 # Calls with more tokens than this (a prompt's prefill) run on the float weights: the int kernels
@@ -96,8 +97,6 @@ class Int4RowsLinear(Int4Linear):
     rows_kernel): the same codes, scales and zeros; activations rounded to int8 per group."""
 
     def pack(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
-        from .cpu_gemm import load_kernel, pack_nibbles
-
         load_kernel()
         scale32 = scale.float().contiguous()  # (out, in/group): w = q * scale + (zero - 8 scale)
         self.register_buffer("weight", pack_nibbles(codes))
@@ -105,8 +104,6 @@ class Int4RowsLinear(Int4Linear):
         self.register_buffer("low", (zero.float() - 8 * scale32).contiguous())
 
     def _int_forward(self, flat: torch.Tensor) -> torch.Tensor:
-        from .cpu_gemm import int4_linear
-
         return int4_linear(flat.float(), self.weight, self.scale, self.low).to(flat.dtype)
 
 
