@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
+JOB_CONFIG = "config.yaml"  # a job's resolved config, written first
 SUMMARY = "summary.json"  # written last: its presence marks a complete job
 FAILURE = "failure.json"  # a job that raised: its error (no summary, so it is retried)
 FAILURES = "failures.csv"  # gathered: one row per job whose last attempt failed
@@ -101,6 +103,22 @@ def gather_failures(experiment_dir: Path) -> pd.DataFrame:
     return frame
 
 
+def job_records(job_dir: Path) -> pd.DataFrame:
+    """A job's records; rows older than the task_options column get it from the job's config."""
+    frame = pd.read_parquet(job_dir / RECORDS)
+    config = job_dir / JOB_CONFIG
+    if "task_options" not in frame and config.is_file():
+        task = OmegaConf.load(config).get("task") or {}
+        options = OmegaConf.to_container(task.get("options") or OmegaConf.create({}))
+        frame["task_options"] = json.dumps(options, sort_keys=True)  # as runner.result_row does
+    return frame
+
+
+def _read(job_dir: Path, name: str) -> pd.DataFrame:
+    """One table of one job (records with the columns older jobs lack)."""
+    return job_records(job_dir) if name == RECORDS else pd.read_parquet(job_dir / name)
+
+
 def gather(experiment_dir: Path) -> dict[str, pd.DataFrame]:
     """Concatenate every complete job's tables into experiment_dir (records also as CSV)."""
     experiment_dir = Path(experiment_dir)
@@ -109,7 +127,7 @@ def gather(experiment_dir: Path) -> dict[str, pd.DataFrame]:
         raise FileNotFoundError(f"no complete job (with {SUMMARY}) under {experiment_dir}")
     gathered = {}
     for name in TABLES:
-        frames = [pd.read_parquet(job / name) for job in jobs if (job / name).is_file()]
+        frames = [_read(job, name) for job in jobs if (job / name).is_file()]
         if frames:
             gathered[name] = pd.concat(frames, ignore_index=True)
             write_table(experiment_dir / name, gathered[name])

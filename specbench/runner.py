@@ -27,6 +27,7 @@ from .records import (
     AUDIT,
     CALIBRATION,
     ITERATIONS,
+    JOB_CONFIG,
     PROFILE,
     RECORDS,
     job_done,
@@ -149,7 +150,7 @@ def run(cfg: DictConfig, pool: ModelPool, job_dir: Path, job_id: str) -> dict[st
     # backend.compile: decoding.common.compiled_call sets dynamo up, inside every CachedLM.
     models = pool.get(job.target, job.draft if prep.uses_draft else None, job.backend)
     shared = job_columns(job, job_id, prep.uses_draft) | provenance(job.backend.device)
-    write_text(job_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_text(job_dir / JOB_CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
     with track(job, job_dir) as tracker, ExitStack() as engines:
         prep = start_engines(prep, job_dir, engines)  # llama.cpp's server; stopped on exit
         kind = KINDS[job.bench.kind]

@@ -141,6 +141,25 @@ def test_shards_gather_into_the_unsharded_run(tmp_path):
     )
 
 
+def test_gather_gives_older_jobs_the_task_options_of_their_config(tmp_path):
+    """A job from before the task_options column pools with newer ones: its config fills it."""
+    from specbench.records import gather
+
+    options = '{"source": "packaged", "timeout_s": 10}'
+    for name, extra in (("old", {}), ("new", {"task_options": options})):
+        job = tmp_path / name
+        job.mkdir()
+        pd.DataFrame({"prompt_id": [name], **{k: [v] for k, v in extra.items()}}).to_parquet(
+            job / "records.parquet"
+        )
+        (job / "summary.json").write_text("{}")
+    (tmp_path / "old" / "config.yaml").write_text(
+        "task:\n  name: humaneval\n  options:\n    timeout_s: 10\n    source: packaged\n"
+    )
+    records = gather(tmp_path)["records.parquet"]
+    assert records.task_options.tolist() == [options, options]
+
+
 def test_block_design_shares_one_baseline_per_run(tmp_path):
     """decoder.k_sweep times the baseline once per (prompt, repeat) and the drafting method at
     every K on the same seed; each K pairs with that one baseline row."""
