@@ -3,11 +3,15 @@
 Measures the terms of Leviathan et al.'s Thm 3.8 with the job's own models and kernels: the
 target's cost of one cached call of 1..K+1 new tokens (s(K) = T(K+1) / T(1)), the draft's step
 (c = T_draft(1) / T(1)), alpha (the mean expected acceptance beta of a short speculative run) and
-both models' prefill of a prompt; then predicts the wall-clock speedup over the job's token budget
-for K = 1..profile.max_k:
+both models' prefill of a prompt; then predicts the wall-clock speedup over N new tokens for
+K = 1..profile.max_k:
 
     AR  = P_target + N T(1)
     SpS = P_target + P_draft + N / E[tokens per loop] * (K T_draft(1) + T(K+1))
+
+N is the job's budget, or for a task with stops (HumanEval) the mean length of the alpha run's
+completions (one that reached the run's length counts as the whole budget): short completions
+carry more of the prefill per token, which the decode loop does not speed up.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import torch
 
 from .analysis.theory import expected_speedup, expected_tokens_per_loop
 from .config import ConfigError, SpecBenchConfig
-from .decoding.common import CachedLM, Clock, model_device, static_cache_len
+from .decoding.common import CachedLM, Clock, GenerationResult, model_device, static_cache_len
 from .methods import Generate, method
 from .packaged import cache_root
 from .prepare import Prepared, bind, encode, warm_kernels
@@ -44,6 +48,7 @@ class Costs:
     target_prefill_ms: float  # mean over the calibration prompts
     draft_prefill_ms: float
     alpha: float
+    new_tokens: float | None = None  # expected completion length; None: the job's budget
 
     def call_ms(self, q: int) -> tuple[float, bool]:
         """T(q), measured or extrapolated linearly from the two widest measured calls."""
@@ -54,7 +59,7 @@ class Costs:
         return self.target_ms[top] + (q - top) * (self.target_ms[top] - below), False
 
 
-def predict(costs: Costs, k: int, tokens: int) -> dict[str, Any]:
+def predict(costs: Costs, k: int, tokens: float) -> dict[str, Any]:
     """One K's prediction: s(K), c, the decode-only (Thm 3.8) and the wall-clock speedups."""
     step, (scoring, measured) = costs.target_ms[1], costs.call_ms(k + 1)
     s, c = scoring / step, costs.draft_ms / step
@@ -96,16 +101,26 @@ def measure_costs(prep, models: tuple, generate, encoded: list[torch.Tensor]) ->
     draft_rows = profile_model(draft, prefix, 1, 3, backend.compile, max_len)
     prompts = encoded[: profile.alpha_prompts]
     betas: list[float] = []
+    lengths: list[int] = []
     for i, ids in enumerate(prompts):
         gen = torch.Generator(model_device(target)).manual_seed(job.bench.seed_for(i))
-        betas += generate(ids, profile.alpha_tokens, gen).expected_acceptance
+        result = generate(ids, profile.alpha_tokens, gen)
+        betas += result.expected_acceptance
+        lengths.append(completion_length(result, job.max_new_tokens))
     return Costs(
         target_ms=target_ms,
         draft_ms=_median([r["ms"] for r in draft_rows]),
         target_prefill_ms=sum(prefill_ms(target, ids) for ids in prompts) / len(prompts),
         draft_prefill_ms=sum(prefill_ms(draft, ids) for ids in prompts) / len(prompts),
         alpha=sum(betas) / max(len(betas), 1),
+        new_tokens=None if job.bench.fixed_length else sum(lengths) / len(lengths),
     )
+
+
+def completion_length(result: GenerationResult, budget: int) -> int:
+    """New tokens a timed run of this prompt is expected to make: the alpha run's, if a stop
+    ended it, else (it reached the alpha run's length) the whole budget."""
+    return budget if result.stopped_by == "length" else min(result.num_tokens, budget)
 
 
 def verdict(rows: list[dict[str, Any]], k: int, backend: str) -> str:
@@ -163,7 +178,7 @@ def reused_costs(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> 
     path = cache_root() / "calibration.json"
     known = json.loads(path.read_text()) if path.is_file() else {}
     key = costs_key(job)
-    if key in known:
+    if "new_tokens" in known.get(key, {}):  # (entries saved before it was measured: redo)
         saved = known[key]
         return Costs(
             **saved | {"target_ms": {int(q): v for q, v in saved["target_ms"].items()}}
@@ -179,7 +194,7 @@ def forecast(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> dict
     costs, reused = reused_costs(prep, models, generate, encoded)
     if reused:
         log.info("calibration: costs measured earlier for this machine, pair and kernels")
-    tokens = job.max_new_tokens
+    tokens = costs.new_tokens or job.max_new_tokens
     ks = sorted({*range(1, job.profile.max_k + 1), job.decoder.k})
     rows = [predict(costs, k, tokens) for k in ks]
     log.warning(verdict(rows, job.decoder.k, job.backend.name))
@@ -194,6 +209,7 @@ def forecast(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> dict
         "calibration_scoring_cost": at_k["scoring_cost"],
         "target_step_ms": costs.target_ms[1],
         "target_prefill_ms": costs.target_prefill_ms,
+        "calibration_new_tokens": tokens,
         "calibration_reused": reused,
     }
 

@@ -8,7 +8,8 @@ import torch
 from conftest import run_cli
 
 from specbench import SamplingParams, autoregressive_generate, kernels, speculative_generate
-from specbench.calibrate import Costs, predict, verdict
+from specbench.calibrate import Costs, completion_length, predict, verdict
+from specbench.decoding.common import GenerationResult
 from specbench.kernels import AVX2_ENV, PROMPT_ROWS, CpuLinear, cpu_linears
 from specbench.quantize import Int4Linear, WeightOnly, quantize_linears
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
@@ -102,6 +103,14 @@ def test_prediction_extrapolates_and_counts_prefill():
     ar, sps = 500 + 50 * 10, 600 + loops * (3 * 2 + 16)
     assert row["predicted_speedup"] == pytest.approx(ar / sps)
     assert row["predicted_speedup"] < row["decode_speedup"]  # prefill dilutes it
+
+
+def test_completions_that_stop_early_set_the_predicted_length():
+    """A stopped alpha-run completion counts its own length; one cut at the run's length counts
+    the whole budget (its timed run may go on)."""
+    stopped = GenerationResult(tokens=[1] * 20, wall_s=1.0, target_calls=5, stopped_by="eos")
+    cut = GenerationResult(tokens=[1] * 48, wall_s=1.0, target_calls=12)
+    assert completion_length(stopped, 128) == 20 and completion_length(cut, 128) == 128
 
 
 def test_verdict_says_what_to_try_when_slower():
