@@ -103,14 +103,18 @@ def gather_failures(experiment_dir: Path) -> pd.DataFrame:
     return frame
 
 
+def options_column(options: Any) -> str:
+    """A task's options as the records' task_options column (what else shapes a prompt)."""
+    return json.dumps(options, sort_keys=True)
+
+
 def job_records(job_dir: Path) -> pd.DataFrame:
     """A job's records; rows older than the task_options column get it from the job's config."""
     frame = pd.read_parquet(job_dir / RECORDS)
     config = job_dir / JOB_CONFIG
     if "task_options" not in frame and config.is_file():
-        task = OmegaConf.load(config).get("task") or {}
-        options = OmegaConf.to_container(task.get("options") or OmegaConf.create({}))
-        frame["task_options"] = json.dumps(options, sort_keys=True)  # as runner.result_row does
+        task = OmegaConf.to_container(OmegaConf.load(config)).get("task") or {}
+        frame["task_options"] = options_column(task.get("options") or {})
     return frame
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -31,6 +30,7 @@ from .records import (
     PROFILE,
     RECORDS,
     job_done,
+    options_column,
     write_job,
     write_text,
 )
@@ -86,7 +86,7 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",
         "task": job.task.name,
         "prompt_format": job.task.prompt_format,
-        "task_options": json.dumps(job.task.options, sort_keys=True),  # what else shapes a prompt
+        "task_options": options_column(job.task.options),
         "fixed_length": job.bench.fixed_length,
         "max_new_tokens": job.max_new_tokens,
     }
