@@ -9,9 +9,10 @@ K = 1..profile.max_k:
     AR  = P_target + N T(1)
     SpS = P_target + P_draft + N / E[tokens per loop] * (K T_draft(1) + T(K+1))
 
-N is the job's budget, or for a task with stops (HumanEval) the mean length of the alpha run's
-completions (one that reached the run's length counts as the whole budget): short completions
-carry more of the prefill per token, which the decode loop does not speed up.
+N is the job's budget, or for a task with stops (HumanEval) the expected completion length from
+the alpha run: a completion cut at the run's length goes on with the per-token stop rate of all
+the run's completions (a geometric tail, censored at the budget): short completions carry more
+of the prefill per token, which the decode loop does not speed up.
 """
 
 from __future__ import annotations
@@ -101,26 +102,34 @@ def measure_costs(prep, models: tuple, generate, encoded: list[torch.Tensor]) ->
     draft_rows = profile_model(draft, prefix, 1, 3, backend.compile, max_len)
     prompts = encoded[: profile.alpha_prompts]
     betas: list[float] = []
-    lengths: list[int] = []
+    results: list[GenerationResult] = []
     for i, ids in enumerate(prompts):
         gen = torch.Generator(model_device(target)).manual_seed(job.bench.seed_for(i))
         result = generate(ids, profile.alpha_tokens, gen)
         betas += result.expected_acceptance
-        lengths.append(completion_length(result, job.max_new_tokens))
+        results.append(result)
     return Costs(
         target_ms=target_ms,
         draft_ms=_median([r["ms"] for r in draft_rows]),
         target_prefill_ms=sum(prefill_ms(target, ids) for ids in prompts) / len(prompts),
         draft_prefill_ms=sum(prefill_ms(draft, ids) for ids in prompts) / len(prompts),
         alpha=sum(betas) / max(len(betas), 1),
-        new_tokens=None if job.bench.fixed_length else sum(lengths) / len(lengths),
+        new_tokens=None if job.bench.fixed_length else expected_length(results, job.max_new_tokens),
     )
 
 
-def completion_length(result: GenerationResult, budget: int) -> int:
-    """New tokens a timed run of this prompt is expected to make: the alpha run's, if a stop
-    ended it, else (it reached the alpha run's length) the whole budget."""
-    return budget if result.stopped_by == "length" else min(result.num_tokens, budget)
+def expected_length(results: list[GenerationResult], budget: int) -> float:
+    """Mean new tokens of a timed run with this budget: a stopped completion's own length; one
+    cut at the run's length L, L plus a geometric tail at the run's stop rate, up to the budget
+    (the censored-data estimate: stops per token generated)."""
+    stops = sum(r.stopped_by != "length" for r in results)
+    rate = stops / max(sum(r.num_tokens for r in results), 1)  # per-token stop hazard
+    lengths = []
+    for r in results:
+        rest = 0 if r.stopped_by != "length" else max(budget - r.num_tokens, 0)
+        tail = rest if rate == 0 else (1 - (1 - rate) ** rest) / rate  # sum_t (1-rate)^(t-1)
+        lengths.append(min(r.num_tokens, budget) + tail)
+    return sum(lengths) / max(len(lengths), 1)
 
 
 def verdict(rows: list[dict[str, Any]], k: int, backend: str) -> str:

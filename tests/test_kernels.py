@@ -8,7 +8,7 @@ import torch
 from conftest import run_cli
 
 from specbench import SamplingParams, autoregressive_generate, kernels, speculative_generate
-from specbench.calibrate import Costs, completion_length, predict, verdict
+from specbench.calibrate import Costs, expected_length, predict, verdict
 from specbench.decoding.common import GenerationResult
 from specbench.kernels import AVX2_ENV, PROMPT_ROWS, CpuLinear, cpu_linears
 from specbench.quantize import Int4Linear, WeightOnly, quantize_linears
@@ -106,11 +106,15 @@ def test_prediction_extrapolates_and_counts_prefill():
 
 
 def test_completions_that_stop_early_set_the_predicted_length():
-    """A stopped alpha-run completion counts its own length; one cut at the run's length counts
-    the whole budget (its timed run may go on)."""
+    """A stopped alpha-run completion counts its own length; one cut at the run's length goes on
+    at the run's per-token stop rate, up to the budget; with no stop seen, the whole budget."""
     stopped = GenerationResult(tokens=[1] * 20, wall_s=1.0, target_calls=5, stopped_by="eos")
     cut = GenerationResult(tokens=[1] * 48, wall_s=1.0, target_calls=12)
-    assert completion_length(stopped, 128) == 20 and completion_length(cut, 128) == 128
+    assert expected_length([stopped], 128) == 20 and expected_length([cut], 128) == 128
+    rate = 1 / 68  # one stop in 20 + 48 tokens
+    tail = (1 - (1 - rate) ** 80) / rate
+    assert expected_length([stopped, cut], 128) == pytest.approx((20 + 48 + tail) / 2)
+    assert 20 < expected_length([stopped, cut], 128) < (20 + 128) / 2
 
 
 def test_verdict_says_what_to_try_when_slower():
