@@ -96,7 +96,7 @@ def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) ->
     """The timing job: interleaved method vs baseline, quality scored after all timing (with
     bench.target_half_width: in blocks of prompts until the interval is that narrow)."""
     sample: dict[str, Any] = {}
-    checkpoint = Checkpoint.of(prep, job_dir)  # the runs of the block (or job) in progress
+    checkpoint = Checkpoint.of(prep, job_dir, shared)  # the runs of the block (or job) in progress
     if prep.job.overwrite:
         checkpoint.clear()  # redo means every run, not only those a killed attempt missed
     if prep.job.bench.target_half_width is not None:
@@ -106,7 +106,7 @@ def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) ->
     else:
         rows, iterations, calibration = measure(prep, models, checkpoint)  # tests/faults patches
         score_rows(prep, rows)
-    records = pd.DataFrame([shared | row for row in rows])
+    records = pd.DataFrame([shared | row for row in rows])  # resumed rows keep their own stamp
     tables = {
         RECORDS: records,
         ITERATIONS: pd.DataFrame([{"job": shared["job"]} | row for row in iterations]),

@@ -116,7 +116,8 @@ def run_sequential(
         new_rows, new_iters = time_runs(prep, warmed, range(*span), checkpoint)
         score_rows(prep, new_rows)
         write_table(block_path(root, span, ITERATIONS), pd.DataFrame(new_iters))
-        write_table(block_path(root, span, RECORDS), pd.DataFrame(new_rows))  # marks it done
+        stamped = pd.DataFrame([shared | r for r in new_rows])  # each row with its session's stamp
+        write_table(block_path(root, span, RECORDS), stamped)  # marks the block done
         checkpoint.clear()  # its runs now live in the block
         rows, iterations, done = rows + new_rows, iterations + new_iters, span[1]
     outcome = {

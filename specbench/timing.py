@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,14 +66,18 @@ def warm(prep: Prepared, models: tuple) -> Warm:
 @dataclass(frozen=True)
 class Checkpoint:
     """A timing job's finished (prompt, repeat) runs in its folder, saved after each one, so a
-    killed job resumes after its last finished prompt; rows of another config are not reused."""
+    killed job resumes after its last finished prompt; rows of another config are not reused.
+    Each saved row carries the columns of the session that timed it (`stamp`: git sha,
+    versions, machine, start time), so a resumed row keeps its own provenance."""
 
     job_dir: Path
     key: str  # digest of the job's whole config
+    stamp: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, prep: Prepared, job_dir: Path) -> Checkpoint:
-        return cls(job_dir, hashlib.sha256(repr(prep.job).encode()).hexdigest()[:16])
+    def of(cls, prep: Prepared, job_dir: Path, stamp: dict[str, Any] | None = None) -> Checkpoint:
+        key = hashlib.sha256(repr(prep.job).encode()).hexdigest()[:16]
+        return cls(job_dir, key, dict(stamp or {}))
 
     def load(self) -> tuple[list[dict], list[dict]]:
         """The saved rows and the iterations of their runs ([] and [] when none fit)."""
@@ -92,7 +96,8 @@ class Checkpoint:
     def save(self, rows: list[dict], iterations: list[dict]) -> None:
         """Iterations first, records last (they say which runs are done), each atomically."""
         write_table(self.job_dir / PARTIAL_ITERATIONS, pd.DataFrame(iterations))
-        write_table(self.job_dir / PARTIAL_RECORDS, pd.DataFrame(rows).assign(resume_key=self.key))
+        table = pd.DataFrame([self.stamp | row for row in rows])  # a resumed row's own stamp wins
+        write_table(self.job_dir / PARTIAL_RECORDS, table.assign(resume_key=self.key))
 
     def clear(self) -> None:
         for name in (PARTIAL_RECORDS, PARTIAL_ITERATIONS):

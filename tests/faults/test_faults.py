@@ -157,6 +157,9 @@ def test_killed_between_prompts_the_rerun_keeps_the_prompt_timed_before(tmp_path
     kept = records.merge(before[["method", "prompt_id", "wall_s"]], on=["method", "prompt_id"])
     assert len(kept) == ROWS_PER_JOB and (kept.wall_s_x == kept.wall_s_y).all()
     assert not (job_dir / "partial_records.parquet").exists()
+    # a resumed row keeps the provenance of the session that timed it, not the finishing one's
+    stamp = records.merge(before[["method", "prompt_id", "timestamp"]], on=["method", "prompt_id"])
+    assert (stamp.timestamp_x == stamp.timestamp_y).all() and records.timestamp.nunique() == 2
 
 
 def test_killed_inside_a_precision_block_the_rerun_keeps_its_finished_prompts(tmp_path):
@@ -177,3 +180,5 @@ def test_killed_inside_a_precision_block_the_rerun_keeps_its_finished_prompts(tm
     kept = records.merge(before[["method", "prompt_id", "wall_s"]], on=["method", "prompt_id"])
     assert len(kept) == len(before) and (kept.wall_s_x == kept.wall_s_y).all()
     assert not (job_dir / "partial_records.parquet").exists()
+    stamp = records.merge(before[["method", "prompt_id", "timestamp"]], on=["method", "prompt_id"])
+    assert (stamp.timestamp_x == stamp.timestamp_y).all() and records.timestamp.nunique() == 2
