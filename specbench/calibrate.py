@@ -97,15 +97,15 @@ def measure_costs(prep, models: tuple, generate, encoded: list[torch.Tensor]) ->
     prefix = encoded[0]  # the cache length below is one runner.warm_kernels compiled
     cached = backend.static_cache or backend.compile
     max_len = static_cache_len(prefix.shape[1] + job.max_new_tokens + k + 1) if cached else None
-    rows = profile_model(target, prefix, widest, 3, backend.compile, max_len)
+    rows = profile_model(target, prefix, widest, profile.cost_repeats, backend.compile, max_len)
     target_ms = {q: _median([r["ms"] for r in rows if r["q"] == q]) for q in range(1, widest + 1)}
-    draft_rows = profile_model(draft, prefix, 1, 3, backend.compile, max_len)
+    draft_rows = profile_model(draft, prefix, 1, profile.cost_repeats, backend.compile, max_len)
     prompts = encoded[: profile.alpha_prompts]
     betas: list[float] = []
     results: list[GenerationResult] = []
     for i, ids in enumerate(prompts):
         gen = torch.Generator(model_device(target)).manual_seed(job.bench.seed_for(i))
-        result = generate(ids, profile.alpha_tokens, gen)
+        result = generate(ids, alpha_tokens(job), gen)
         betas += result.expected_acceptance
         results.append(result)
     return Costs(
@@ -116,6 +116,11 @@ def measure_costs(prep, models: tuple, generate, encoded: list[torch.Tensor]) ->
         alpha=sum(betas) / max(len(betas), 1),
         new_tokens=None if job.bench.fixed_length else expected_length(results, job.max_new_tokens),
     )
+
+
+def alpha_tokens(job: SpecBenchConfig) -> int:
+    """New tokens per prompt of the alpha run: profile.alpha_tokens, else the job's budget."""
+    return job.profile.alpha_tokens or job.max_new_tokens
 
 
 def expected_length(results: list[GenerationResult], budget: int) -> float:
@@ -173,7 +178,7 @@ def costs_key(job: SpecBenchConfig) -> str:
                     backend.rows_kernel and source_digest()],
         "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],
         "widths": [max(job.decoder.ks()), profile.max_k, profile.alpha_prompts,
-                   profile.alpha_tokens, job.bench.seed],
+                   alpha_tokens(job), profile.cost_repeats, job.bench.seed],
     }  # fmt: skip
     return json.dumps(parts, sort_keys=True, default=str)
 

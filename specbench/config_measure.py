@@ -127,8 +127,15 @@ class ProfileConfig:
     max_q: int = 16
     max_k: int = 8  # calibration: predict K = 1..max_k (compiled widths past decoder.k+1 are
     # extrapolated linearly, not compiled)
-    alpha_prompts: int = 3  # calibration: prompts of the short speculative run behind alpha
-    alpha_tokens: int = 48  # calibration: new tokens per prompt of that run
+    # calibration: prompts of the speculative run behind alpha (the job's first ones; capped by
+    # bench.num_prompts). 3 were too few: per-prompt alpha and length vary (HumanEval's first 3
+    # problems: alpha 0.77 and 13 tokens, against 0.885 and 55 over all 164)
+    alpha_prompts: int = 8
+    # calibration: new tokens per prompt of that run; None: the job's budget. Acceptance rises
+    # along a completion (XSum greedy, 128 tokens: 0.69 over the first 16, 0.91 over the last),
+    # so a shorter run predicts a lower alpha than the timed run has
+    alpha_tokens: int | None = None
+    cost_repeats: int = 5  # calibration: timed calls per width behind each step cost (median)
     # calibration: reuse the costs measured earlier for the same machine, pair, kernels and
     # setting (kept in the specbench cache) instead of measuring again (the demo does)
     reuse: bool = False
@@ -144,7 +151,11 @@ class ProfileConfig:
         _require(self.max_q >= 1, f"profile.max_q must be >= 1, got {self.max_q}")
         _require(self.max_k >= 1, f"profile.max_k must be >= 1, got {self.max_k}")
         _require(self.alpha_prompts >= 1, "profile.alpha_prompts must be >= 1")
-        _require(self.alpha_tokens >= 2, "profile.alpha_tokens must be >= 2")
+        _require(
+            self.alpha_tokens is None or self.alpha_tokens >= 2,
+            "profile.alpha_tokens must be >= 2 (or null: the job's token budget)",
+        )
+        _require(self.cost_repeats >= 1, "profile.cost_repeats must be >= 1")
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """CPU kernels (issue 23): fp32 prompts, the compiled CPU decode path, and the calibration."""
 
 import json
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -8,7 +9,8 @@ import torch
 from conftest import run_cli
 
 from specbench import SamplingParams, autoregressive_generate, kernels, speculative_generate
-from specbench.calibrate import Costs, expected_length, predict, verdict
+from specbench.calibrate import Costs, alpha_tokens, expected_length, predict, verdict
+from specbench.config_measure import ProfileConfig
 from specbench.decoding.common import GenerationResult
 from specbench.kernels import AVX2_ENV, PROMPT_ROWS, CpuLinear, cpu_linears
 from specbench.quantize import Int4Linear, WeightOnly, quantize_linears
@@ -115,6 +117,16 @@ def test_completions_that_stop_early_set_the_predicted_length():
     tail = (1 - (1 - rate) ** 80) / rate
     assert expected_length([stopped, cut], 128) == pytest.approx((20 + 48 + tail) / 2)
     assert 20 < expected_length([stopped, cut], 128) < (20 + 128) / 2
+
+
+def test_alpha_run_covers_the_jobs_budget_unless_told():
+    """Acceptance rises along a completion: by default alpha comes from the whole budget."""
+    job = SimpleNamespace(profile=ProfileConfig(), max_new_tokens=128)
+    assert alpha_tokens(job) == 128
+    job.profile = ProfileConfig(alpha_tokens=48)
+    assert alpha_tokens(job) == 48
+    with pytest.raises(ValueError, match="alpha_tokens"):
+        ProfileConfig(alpha_tokens=1)
 
 
 def test_verdict_says_what_to_try_when_slower():
