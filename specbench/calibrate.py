@@ -223,6 +223,7 @@ def forecast(prep, models: tuple, generate, encoded: list[torch.Tensor]) -> dict
         "calibration_scoring_cost": at_k["scoring_cost"],
         "target_step_ms": costs.target_ms[1],
         "target_prefill_ms": costs.target_prefill_ms,
+        "draft_prefill_ms": costs.draft_prefill_ms,  # paid by speculative sampling alone
         "calibration_new_tokens": tokens,
         "calibration_reused": reused,
     }

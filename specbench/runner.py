@@ -177,6 +177,8 @@ def summarize(records: pd.DataFrame, headline_k: int | None = None) -> dict[str,
         out[f"{prefix}acceptance_rate"] = stats.acceptance_rate(mine)
         out[f"{prefix}alpha_mean"] = stats.alpha(mine)
     if "predicted_speedup" in records:  # bench.calibrate: the forecast made before timing
-        out["predicted_speedup"] = float(records.predicted_speedup.iloc[0])
+        for key in ("predicted_speedup", "target_prefill_ms", "draft_prefill_ms"):
+            if key in records:  # rows checkpointed before a column existed lack it
+                out[key] = float(records[key].iloc[0])
         out["calibration_reused"] = bool(records.calibration_reused.iloc[0])
     return out

@@ -188,4 +188,5 @@ def test_calibration_costs_are_reused_for_the_same_machine_and_pair(tmp_path, mo
     )
     assert not first["calibration_reused"] and second["calibration_reused"]
     assert first["predicted_speedup"] == second["predicted_speedup"]
+    assert first["draft_prefill_ms"] == second["draft_prefill_ms"] > 0
     assert (tmp_path / "cache" / "calibration.json").is_file()
