@@ -265,3 +265,13 @@ def synthetic_pilot(tmp_path, job) -> str:
     path = tmp_path / "records.parquet"
     pd.DataFrame(rows).to_parquet(path)
     return str(path)
+
+
+def test_a_sweep_gathers_where_hydra_sweep_dir_puts_its_jobs(tmp_path):
+    """hydra.sweep.dir=...: the jobs and their gathered tables land there, nowhere else."""
+    where = tmp_path / "elsewhere"
+    common = ["+experiment=smoke", "bench.num_prompts=1", "bench.repeats=1", "decoder.k=2"]
+    out = run_cli(*common, "-m", f"hydra.sweep.dir={where}", f"results_dir={tmp_path / 'r'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (where / "records.parquet").is_file()
+    assert not (tmp_path / "r").exists()

@@ -18,10 +18,10 @@ log = logging.getLogger(__name__)
 
 
 class GatherCallback(Callback):
-    """Gathers complete jobs into results/<experiment>/, prints the summary, draws the report."""
+    """Gathers complete jobs into the run's directory (results/<experiment>/ unless hydra.sweep.dir
+    says otherwise), prints the summary, draws the report."""
 
-    def _gather(self, config: DictConfig) -> None:
-        experiment_dir = Path(config.results_dir) / config.experiment
+    def _gather(self, config: DictConfig, experiment_dir: Path) -> None:
         if experiment_dir.is_dir():
             gather_failures(experiment_dir)
         if not any(experiment_dir.glob(f"*/{SUMMARY}")):
@@ -40,7 +40,7 @@ class GatherCallback(Callback):
         log.info("figures and tables: %d files under %s", len(written), experiment_dir)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._gather(config)
+        self._gather(config, Path(config.hydra.run.dir).parent)  # results_dir/experiment/JOB
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._gather(config)
+        self._gather(config, Path(config.hydra.sweep.dir))  # results_dir/experiment unless set
