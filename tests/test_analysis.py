@@ -565,3 +565,10 @@ def test_caption_says_when_runs_stop_at_the_task_stops():
     assert "N = 128 new tokens" in figures.caption(frame)
     stops = figures.caption(frame.assign(fixed_length=False))
     assert "up to 128 new tokens (task stops; mean 40)" in stops
+
+
+def test_caption_names_every_commit_the_rows_come_from():
+    """Rows pooled from several commits name each (8 hex digits), not the first one cut short."""
+    frame = synthetic_records()
+    frame.loc[frame.index[:3], "git_sha"] = "fedcba9876543210"
+    assert "git 01234567, fedcba98 |" in figures.caption(frame) + " |"

@@ -35,6 +35,15 @@ def test_comparisons_are_paired_per_prompt_with_a_named_range(records):
     assert line.startswith("speculative vs hf_assisted") and "K=4: 1.066x [1.000, 1.100]" in line
 
 
+def test_tokens_per_call_are_the_conditions_own(records):
+    """Each condition's row counts its own target calls, not those pooled over every task."""
+    humaneval = records.assign(task="humaneval", target_calls=5)
+    table = comparisons(pd.concat([records, humaneval], ignore_index=True))
+    sps = table[table.comparison == "speculative vs hf_assisted"].set_index("task")
+    assert sps.loc["xsum", "tokens_per_call_ours"] == pytest.approx(2.0)
+    assert sps.loc["humaneval", "tokens_per_call_ours"] == pytest.approx(4.0)
+
+
 def test_time_split_percentages_and_loop_ms(records):
     split = time_split(records).iloc[0]
     assert split.draft_pct == pytest.approx(50) and split.bookkeeping_pct == pytest.approx(5)

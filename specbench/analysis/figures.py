@@ -54,7 +54,8 @@ def caption(records: pd.DataFrame) -> str:
     runs = f"{records.prompt_id.nunique()} prompts x {records.repeat.nunique()} repeats"
     parts = [pair_caption(records), token_budget(records), runs]
     if "git_sha" in records:
-        parts.append(f"git {_unique(records, 'git_sha')[:8]}")
+        shas = sorted({str(sha)[:8] for sha in records.git_sha.dropna() if str(sha)})
+        parts.append(f"git {', '.join(shas)}")
     busy = int(stats.busy_rows(records).sum())
     if busy:
         parts.append(f"{busy} of {len(records)} rows timed beside other work (load > cores)")

@@ -31,7 +31,8 @@ def comparisons(records: pd.DataFrame) -> pd.DataFrame:
         pairs = stats.paired_runs(pd.concat([mine, other], ignore_index=True))
         keys = stats.present(pairs, ["task", "sampling", "cpu_kind", "k"])
         for key, g in pairs.groupby(keys, sort=True):
-            calls = {m: stats.tokens_per_call(records[records.method == m]) for m in (name, theirs)}
+            here = records.loc[(records[keys] == key).all(axis=1)]  # this condition's rows only
+            calls = {m: stats.tokens_per_call(here[here.method == m]) for m in (name, theirs)}
             rows.append(
                 dict(zip(keys, key, strict=True))
                 | {"comparison": f"{name} vs {theirs}", "ours": name, "theirs": theirs}
