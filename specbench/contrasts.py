@@ -1,7 +1,11 @@
 """Paired contrasts between the configurations of one sweep, within prompt: a K sweep's best K
-against its ends, and multi-draft against single-draft speculative sampling. Pure pandas."""
+against its ends, multi-draft against single-draft speculative sampling, and two drafting
+methods against each other. Pure pandas."""
 
 from __future__ import annotations
+
+from collections.abc import Collection
+from itertools import combinations
 
 import numpy as np
 import pandas as pd
@@ -79,4 +83,28 @@ def draft_contrasts(records: pd.DataFrame, value: str = "ms_per_token") -> pd.Da
                     out.append(dict(zip(keys, key, strict=True)) | {
                         "n_drafts": n, "k": k, "against": against, "single_k": ref,
                         **contrast(times, (1, ref), (n, k))})  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def method_contrasts(
+    records: pd.DataFrame, value: str = "ms_per_token", skip: Collection[frozenset] = ()
+) -> pd.DataFrame:
+    """Per condition and K: every two methods paired with the same baseline on the same prompts
+    (prompt lookup against speculative sampling, say), within prompt (ratio = `against`'s time
+    / `method`'s; > 1: `method` is faster). A method run with several knob settings in one
+    condition (a multi-draft sweep: `draft_contrasts`) and the pairs in `skip` are left out."""
+    pairs = paired_runs(records, value)
+    keys = present(pairs, [*CONDITION, "paired_with", "k"])
+    knobs = present(pairs, [c for c in KNOBS if c not in ("method", "paired_with", "k")])
+    out = []
+    for key, g in pairs[pairs.k > 0].groupby(keys, sort=True, dropna=False):
+        settings = g.groupby("method")[knobs].nunique(dropna=False).max(axis=1) if knobs else None
+        single = [m for m in g.method.unique() if settings is None or settings[m] == 1]
+        times = g.groupby(["prompt_id", "repeat", "method"])[value].mean().unstack("method")
+        for first, second in combinations(sorted(single), 2):
+            both = times[[first, second]].dropna()
+            if both.empty or frozenset((first, second)) in skip:
+                continue
+            out.append(dict(zip(keys, key, strict=True)) | {
+                "method": first, "against": second, **contrast(both, second, first)})  # fmt: skip
     return pd.DataFrame(out)

@@ -543,6 +543,29 @@ def test_draft_figures_from_iterations():
     assert [line.get_label() for line in fig.axes[0].get_lines()] == [f"K = {k}" for k in KS]
 
 
+def test_method_contrasts_set_two_drafting_methods_against_each_other():
+    """Prompt lookup 1.2x faster than speculative sampling on the same prompts and baseline;
+    a method swept over knobs (multi-draft) and the pairs told to skip are left out."""
+    rng = np.random.default_rng(2)
+    rows = []
+    for prompt in range(12):
+        base = sweep_base(prompt, "greedy") | {"k": 4}
+        rows.append(base | ar_row(prompt) | {"k": 0, "ms_per_token": T_MS})
+        spec = T_MS / 1.5 * float(np.exp(rng.normal(0, 0.01)))
+        for method, ms in (("speculative", spec), ("prompt_lookup", spec / 1.2),
+                           ("hf_prompt_lookup", spec / 1.1)):  # fmt: skip
+            rows.append(base | sps_row(prompt, 4, 0.8) | {"method": method, "ms_per_token": ms})
+        for n in (2, 4):
+            rows.append(base | sps_row(prompt, 4, 0.8) | {
+                "method": "multidraft", "n_drafts": n, "ms_per_token": spec})  # fmt: skip
+    skip = {frozenset(("prompt_lookup", "hf_prompt_lookup"))}
+    table = contrasts.method_contrasts(normalize(pd.DataFrame(rows)), skip=skip)
+    pairs = set(zip(table.method, table.against, strict=True))
+    assert pairs == {("hf_prompt_lookup", "speculative"), ("prompt_lookup", "speculative")}
+    row = table[table.method == "prompt_lookup"].iloc[0]
+    assert row.distinguishable and abs(row.ratio / 1.2 - 1) < 0.01 and row.n_prompts == 12
+
+
 def test_detectable_difference_sizes_table1():
     """What n paired prompts can detect: ~940 problems for a 5-point pass@1 change (sd 0.55)."""
     assert abs(stats.detectable_difference(0.55, 940) - 0.05) < 0.001

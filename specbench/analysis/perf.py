@@ -18,6 +18,10 @@ from .aggregate import drafting, normalize
 SPLIT_KEY = ["task", "sampling", "cpu_kind", "method", "k"]
 
 
+# Each method with another engine's version of it: `comparisons` sets them side by side.
+COMPARED = frozenset(frozenset((n, e.compare_with)) for n, e in METHODS.items() if e.compare_with)
+
+
 def comparisons(records: pd.DataFrame) -> pd.DataFrame:
     """One row per (condition, k, ours vs theirs): the headline ratio and its interval."""
     records = normalize(records)
