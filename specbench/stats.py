@@ -228,6 +228,12 @@ def loop_ms(frame: pd.DataFrame) -> pd.Series:
     return 1e3 * (frame.draft_s + frame.target_s + frame.overhead_s) / frame.target_calls
 
 
+def ms_per_call(frame: pd.DataFrame) -> pd.Series:
+    """Wall milliseconds per target call per row, for any engine (transformers' rows have one
+    total, no split): the cost of equal work when two methods draw different accepted lengths."""
+    return 1e3 * frame.wall_s / frame.target_calls.where(frame.target_calls > 0)
+
+
 def per_call_s(frame: pd.DataFrame, seconds: str, calls: str) -> float:
     """Seconds per call, pooled over rows (sum of seconds over sum of calls)."""
     total = frame[calls].sum()

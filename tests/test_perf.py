@@ -44,6 +44,15 @@ def test_tokens_per_call_are_the_conditions_own(records):
     assert sps.loc["humaneval", "tokens_per_call_ours"] == pytest.approx(4.0)
 
 
+def test_the_ratio_at_equal_work_is_per_target_call(records):
+    """Same wall time, but theirs made twice the target calls: half our cost per call."""
+    twice = records.target_calls.where(records.method != "hf_assisted", 20)
+    row = comparisons(records.assign(target_calls=twice)).set_index("comparison")
+    sps = row.loc["speculative vs hf_assisted"]
+    assert (sps.per_call_ratio, sps.per_call_low, sps.per_call_high) == pytest.approx((0.5,) * 3)
+    assert "per target call 0.500x [0.500, 0.500]" in ratio_lines(row.reset_index())[-1]
+
+
 def test_time_split_percentages_and_loop_ms(records):
     split = time_split(records).iloc[0]
     assert split.draft_pct == pytest.approx(50) and split.bookkeeping_pct == pytest.approx(5)

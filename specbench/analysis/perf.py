@@ -16,6 +16,8 @@ from ..methods import METHODS
 from .aggregate import drafting, normalize
 
 SPLIT_KEY = ["task", "sampling", "cpu_kind", "method", "k"]
+PER_CALL = "ms_per_call"
+RATIO_COLUMNS = ("ratio", "ratio_low", "ratio_high")
 
 
 # Each method with another engine's version of it: `comparisons` sets them side by side.
@@ -32,18 +34,29 @@ def comparisons(records: pd.DataFrame) -> pd.DataFrame:
             continue
         mine = records[records.method == name].assign(paired_with=theirs)
         other = records[records.method == theirs].assign(paired_with="")
-        pairs = stats.paired_runs(pd.concat([mine, other], ignore_index=True))
+        both = pd.concat([mine, other], ignore_index=True)
+        pairs = stats.paired_runs(both)
+        per_call = stats.paired_runs(both.assign(ms_per_call=stats.ms_per_call(both)), PER_CALL)
         keys = stats.present(pairs, ["task", "sampling", "cpu_kind", "k"])
         for key, g in pairs.groupby(keys, sort=True):
             here = records.loc[(records[keys] == key).all(axis=1)]  # this condition's rows only
             calls = {m: stats.tokens_per_call(here[here.method == m]) for m in (name, theirs)}
+            work = per_call.loc[(per_call[keys] == key).all(axis=1)]
             rows.append(
                 dict(zip(keys, key, strict=True))
                 | {"comparison": f"{name} vs {theirs}", "ours": name, "theirs": theirs}
                 | stats.ratio_interval(stats.per_prompt_log_ratio(g))
                 | {"tokens_per_call_ours": calls[name], "tokens_per_call_theirs": calls[theirs]}
+                | _per_call_ratio(work)
             )
     return pd.DataFrame(rows)
+
+
+def _per_call_ratio(pairs: pd.DataFrame) -> dict[str, float]:
+    """Their ms per target call over ours, paired per prompt: the ratio at equal work (under
+    sampling each engine draws its own accepted lengths, so ms/token also differs by luck)."""
+    stat = stats.ratio_interval(stats.per_prompt_log_ratio(pairs))
+    return {f"per_call_{k.removeprefix('ratio_')}": stat[k] for k in RATIO_COLUMNS}
 
 
 def time_split(records: pd.DataFrame) -> pd.DataFrame:
@@ -71,6 +84,7 @@ def ratio_lines(ratios: pd.DataFrame) -> list[str]:
     """`speculative vs hf_assisted  xsum greedy K=4: 1.07x [1.01, 1.12] (range, n=4)` lines."""
     return [
         f"{r.comparison:28s} {r.task} {r.sampling} K={r.k}: {r.ratio:.3f}x "
-        f"[{r.ratio_low:.3f}, {r.ratio_high:.3f}] ({r.ratio_interval}, n={r.n_prompts})"
+        f"[{r.ratio_low:.3f}, {r.ratio_high:.3f}] ({r.ratio_interval}, n={r.n_prompts}); "
+        f"per target call {r.per_call_ratio:.3f}x [{r.per_call_low:.3f}, {r.per_call_high:.3f}]"
         for r in ratios.itertuples(index=False)
     ]
