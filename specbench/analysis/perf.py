@@ -39,9 +39,9 @@ def comparisons(records: pd.DataFrame) -> pd.DataFrame:
         per_call = stats.paired_runs(both.assign(ms_per_call=stats.ms_per_call(both)), PER_CALL)
         keys = stats.present(pairs, ["task", "sampling", "cpu_kind", "k"])
         for key, g in pairs.groupby(keys, sort=True):
-            here = records.loc[(records[keys] == key).all(axis=1)]  # this condition's rows only
+            here = _rows_of(records, keys, key)  # this condition's rows only
             calls = {m: stats.tokens_per_call(here[here.method == m]) for m in (name, theirs)}
-            work = per_call.loc[(per_call[keys] == key).all(axis=1)]
+            work = _rows_of(per_call, keys, key)
             rows.append(
                 dict(zip(keys, key, strict=True))
                 | {"comparison": f"{name} vs {theirs}", "ours": name, "theirs": theirs}
@@ -50,6 +50,11 @@ def comparisons(records: pd.DataFrame) -> pd.DataFrame:
                 | _per_call_ratio(work)
             )
     return pd.DataFrame(rows)
+
+
+def _rows_of(frame: pd.DataFrame, keys: list[str], key: tuple) -> pd.DataFrame:
+    """The rows of `frame` whose `keys` columns equal `key`."""
+    return frame.loc[(frame[keys] == pd.Series(key, index=keys)).all(axis=1)]
 
 
 def _per_call_ratio(pairs: pd.DataFrame) -> dict[str, float]:
