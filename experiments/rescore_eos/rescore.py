@@ -17,6 +17,7 @@ diverges when regenerated here: its score stands, and may count text past an EOS
 from __future__ import annotations
 
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from specbench.config import SpecBenchConfig
+from specbench.methods import method
 from specbench.models import ModelPool
 from specbench.prepare import generate, prepare
 from specbench.records import RECORDS, gather, write_table
@@ -35,8 +37,14 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 def job_config(job_dir: Path):
     """The job's resolved config, with its models' EOS ids as the model configs now state."""
+    saved = OmegaConf.load(job_dir / "config.yaml")
+    schema = method(saved.decoder.name).config
+    # a job written before the method registry has the old flat decoder (max_q, trace, ...):
+    # keep the keys its method's schema still has
+    known = {f.name for f in fields(schema)}
+    saved.decoder = {key: value for key, value in saved.decoder.items() if key in known}
     cfg = OmegaConf.merge(
-        OmegaConf.structured(SpecBenchConfig), OmegaConf.load(job_dir / "config.yaml")
+        OmegaConf.structured(SpecBenchConfig), {"decoder": OmegaConf.structured(schema)}, saved
     )
     for role in ("target", "draft"):
         current = CONF / "model" / f"{cfg[role].name}.yaml"
