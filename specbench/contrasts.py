@@ -63,8 +63,8 @@ def k_contrasts(records: pd.DataFrame, value: str = "ms_per_token") -> pd.DataFr
 def draft_contrasts(records: pd.DataFrame, value: str = "ms_per_token") -> pd.DataFrame:
     """Per condition of a multi-draft sweep: every n > 1 drafts x K against single-draft
     speculative sampling (n = 1, the same method and rule) on the same prompts, at the single
-    draft's best K and at the same K, paired within prompt (ratio = single's time / the
-    multi-draft time; > 1: multi-draft is faster)."""
+    draft's best K, at the same K and at the same target budget (K = n x K, where swept), paired
+    within prompt (ratio = single's time / the multi-draft time; > 1: multi-draft is faster)."""
     pairs = paired_runs(records, value)
     if "n_drafts" not in pairs:
         return pd.DataFrame()
@@ -78,11 +78,34 @@ def draft_contrasts(records: pd.DataFrame, value: str = "ms_per_token") -> pd.Da
         times = g.groupby(["prompt_id", "repeat", "n_drafts", "k"])[value].mean()
         times = times.unstack(["n_drafts", "k"])
         for n, k in sorted(c for c in times.columns if c[0] > 1):
-            for against, ref in (("best K", best), ("same K", k)):
+            for against, ref in (("best K", best), ("same K", k), ("same budget", n * k)):
                 if (1, ref) in times:
                     out.append(dict(zip(keys, key, strict=True)) | {
                         "n_drafts": n, "k": k, "against": against, "single_k": ref,
                         **contrast(times, (1, ref), (n, k))})  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def rule_contrasts(records: pd.DataFrame, value: str = "ms_per_token") -> pd.DataFrame:
+    """Per condition where multi-draft ran under two draft rules (each job over its own
+    baseline): every n > 1 drafts x K of one rule against the other, paired within prompt on
+    speedups (ratio = `drafts_mode`'s speedup / `against`'s; > 1: `drafts_mode` is faster)."""
+    pairs = paired_runs(records, value)
+    if "drafts_mode" not in pairs or pairs.drafts_mode.nunique() < 2:
+        return pd.DataFrame()
+    keys = present(pairs, [*CONDITION, "method", "paired_with", "draft"])
+    out = []
+    for key, g in pairs[(pairs.n_drafts > 1) & (pairs.k > 0)].groupby(keys, sort=True):
+        index = ["prompt_id", "repeat", "n_drafts", "k", "drafts_mode"]
+        logs = np.log(g.ratio).groupby([g[c] for c in index]).mean().unstack("drafts_mode")
+        for first, second in combinations(sorted(logs.columns), 2):
+            both = logs[[first, second]].dropna()
+            for (n, k), rows in both.groupby(level=["n_drafts", "k"]):
+                logs_ratio = (rows[first] - rows[second]).groupby(level="prompt_id").mean()
+                stat = ratio_interval(logs_ratio)
+                out.append(dict(zip(keys, key, strict=True)) | {
+                    "n_drafts": n, "k": k, "drafts_mode": first, "against": second,
+                    **stat, "distinguishable": clear(stat)})  # fmt: skip
     return pd.DataFrame(out)
 
 

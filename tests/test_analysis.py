@@ -500,6 +500,7 @@ def test_draft_contrasts_pair_multi_draft_with_the_single_drafts_best_k():
     assert set(zip(table.n_drafts, table.k, table.against, table.single_k, strict=True)) == {
         (2, 2, "best K", 4),
         (2, 2, "same K", 2),
+        (2, 2, "same budget", 4),  # 2 x 2 nodes against one chain of 4 (no 1 x 8 swept)
         (2, 4, "best K", 4),
         (2, 4, "same K", 4),
     }
@@ -510,6 +511,25 @@ def test_draft_contrasts_pair_multi_draft_with_the_single_drafts_best_k():
     assert contrasts.draft_contrasts(normalize(sweep_with_noise())).empty  # no multi-draft
     labels = set(tables.format_table1(tables.table1(multidraft_sweep())).Method)
     assert {"multidraft (K=4)", "multidraft (n=2, K=4)", "autoregressive"} <= labels
+
+
+def test_rule_contrasts_pair_the_two_draft_rules_over_their_own_baselines():
+    """Two jobs on the same prompts, one per rule, each with its own AR run (the second job's
+    baseline 5% slower); the iid 2 x 4 is 1.76x and without replacement's 1.6x: 1.1x."""
+    iid = multidraft_sweep()
+    wor = multidraft_sweep().assign(job="j2", drafts_mode="without_replacement")
+    wor.loc[wor.method == "autoregressive", "ms_per_token"] *= 1.05
+    wor.loc[(wor.n_drafts == 2) & (wor.k == 4), "ms_per_token"] *= 1.1 * 1.05
+    wor.loc[(wor.n_drafts == 2) & (wor.k == 2), "ms_per_token"] *= 1.05
+    table = contrasts.rule_contrasts(normalize(pd.concat([iid, wor], ignore_index=True)))
+    assert set(zip(table.n_drafts, table.k, table.drafts_mode, table.against, strict=True)) == {
+        (2, 2, "iid", "without_replacement"),
+        (2, 4, "iid", "without_replacement"),
+    }
+    row = table[table.k == 4].iloc[0]
+    assert row.distinguishable and abs(row.ratio / 1.1 - 1) < 0.02 and row.n_prompts == 12
+    assert abs(table[table.k == 2].iloc[0].ratio - 1) < 0.02
+    assert contrasts.rule_contrasts(normalize(iid)).empty  # one rule: nothing to contrast
 
 
 def test_speedup_figure_overlays_the_calibration_and_the_contrast():

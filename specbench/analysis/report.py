@@ -70,8 +70,8 @@ def has_k_sweep(records: pd.DataFrame) -> bool:
 def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
     """table1.csv/.md, summary.csv, and where they apply vs_hf, best_k (a K sweep's best K
     against its smallest and largest, paired within prompt), multidraft_vs_single (n drafts
-    against one), method_contrasts (two drafting methods against each other), time_split,
-    theory and acceptance_by_position CSVs."""
+    against one), multidraft_rules (i.i.d. against without replacement), method_contrasts (two
+    drafting methods against each other), time_split, theory and acceptance_by_position CSVs."""
     table = table1(records)
     write_table(out / "table1.csv", table)
     caption = f"\nTable 1 analogue. {pair_caption(records)}.\n"
@@ -88,6 +88,7 @@ def write_tables(records: pd.DataFrame, out: Path) -> list[Path]:
         "vs_hf.csv": comparisons(records),
         "best_k.csv": contrasts.k_contrasts(normalize(records)),
         "multidraft_vs_single.csv": contrasts.draft_contrasts(normalize(records)),
+        "multidraft_rules.csv": contrasts.rule_contrasts(normalize(records)),
         "method_contrasts.csv": contrasts.method_contrasts(normalize(records), skip=COMPARED),
         "time_split.csv": time_split(records),
         "acceptance_by_position.csv": by_position,
