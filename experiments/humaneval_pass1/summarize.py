@@ -20,9 +20,10 @@ from specbench.records import write_table
 
 def main(results: Path) -> None:
     records = pd.read_parquet(results / "humaneval_pass1" / "records.parquet")
-    records["prompt_format"] = records.job.str.contains("prompt_format=raw").map(
-        {True: "raw", False: "chat"}
-    )
+    if "prompt_format" not in records:
+        records["prompt_format"] = None
+    # rows written before records carried prompt_format are the chat runs (the default then)
+    records["prompt_format"] = records.prompt_format.fillna("chat")
     table = pass_at_1(records, ["prompt_format", "method"])
     write_table(results / "humaneval_pass1" / "pass_at_1.csv", table)
     print(table.round(3).to_string(index=False))
