@@ -129,6 +129,7 @@ def test_help_lists_config_groups():
         ("xsum_greedy", "xsum", "greedy", True),
         ("xsum_nucleus", "xsum", "nucleus_p08", True),
         ("humaneval", "humaneval", "t08_p095", False),
+        ("xsum_t1", "xsum", "t1", True),
     ],
 )
 def test_paper_regime_settings_win_in_either_merge_order(
