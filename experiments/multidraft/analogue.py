@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from specbench.analysis.theory import loop_speedup
+
 SETTING = ["task", "sampling", "cpu_kind", "drafts_mode"]
 
 
@@ -23,7 +25,7 @@ def analogue(summary: pd.DataFrame) -> pd.DataFrame:
     rows = summary[summary.k > 0].copy()
     single = rows[rows.n_drafts == 1].set_index([*SETTING, "k"]).c.rename("c_single")
     rows = rows.join(single, on=[*SETTING, "k"])
-    rows["analogue"] = rows.tokens_per_call / (rows.k * rows.c_single + 1)
+    rows["analogue"] = loop_speedup(rows.tokens_per_call, rows.k, rows.c_single)  # s = 1
     best = rows[rows.n_drafts == 1].groupby(SETTING).analogue.max().rename("best_single")
     rows = rows.join(best, on=SETTING)
     rows["vs_best_single"] = rows.analogue / rows.best_single

@@ -26,14 +26,21 @@ def expected_tokens_per_loop(alpha: ArrayLike, k: ArrayLike) -> float | np.ndarr
     return float(tokens) if tokens.ndim == 0 else tokens
 
 
+def loop_speedup(
+    tokens_per_loop: ArrayLike, k: ArrayLike, c: ArrayLike, scoring_cost: ArrayLike = 1.0
+) -> float | np.ndarray:
+    """Tokens per loop over the loop's cost in target steps, k c + s (Thm 3.8's denominator)."""
+    speedup = np.asarray(tokens_per_loop, dtype=float) / (
+        np.asarray(k, dtype=float) * np.asarray(c, dtype=float) + scoring_cost
+    )
+    return float(speedup) if speedup.ndim == 0 else speedup
+
+
 def expected_speedup(
     alpha: ArrayLike, k: ArrayLike, c: float, scoring_cost: ArrayLike = 1.0
 ) -> float | np.ndarray:
     """Thm 3.8: (1 - alpha^(k+1)) / ((1 - alpha)(k c + s)); s is the scoring cost of K+1 tokens."""
-    speedup = np.asarray(expected_tokens_per_loop(alpha, k)) / (
-        np.asarray(k, dtype=float) * c + scoring_cost
-    )
-    return float(speedup) if speedup.ndim == 0 else speedup
+    return loop_speedup(expected_tokens_per_loop(alpha, k), k, c, scoring_cost)
 
 
 def optimal_k(
