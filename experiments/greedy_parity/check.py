@@ -2,8 +2,8 @@
 
     python experiments/greedy_parity/check.py results/greedy_parity
 
-Prints one line per (task, draft vocabulary) and the first differing position of any mismatch;
-exits 1 if any speculative completion differs from the target's own greedy one.
+Prints one line per job (task x draft vocabulary x shard) and the first differing character of
+any mismatch; exits 1 if any speculative completion differs from the target's own greedy one.
 """
 
 from __future__ import annotations
@@ -13,20 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-KEY = ["job", "prompt_id", "repeat"]
-
-
-def parity(records: pd.DataFrame) -> pd.DataFrame:
-    """One row per speculative run: equal to its baseline's raw completion, and where not."""
-    spec = records[records.method == "speculative"].set_index(KEY)
-    base = records[records.method == "autoregressive"].set_index(KEY)
-    joined = spec[["task", "completion_raw", "new_tokens"]].join(
-        base[["completion_raw"]], rsuffix="_base", how="inner"
-    )
-    joined["equal"] = joined.completion_raw == joined.completion_raw_base
-    pairs = zip(joined.completion_raw, joined.completion_raw_base, strict=True)
-    joined["first_diff_char"] = [first_difference(x, y) for x, y in pairs]
-    return joined.reset_index()
+from specbench.analysis.quality import greedy_parity
 
 
 def first_difference(a: str, b: str) -> int:
@@ -37,15 +24,19 @@ def first_difference(a: str, b: str) -> int:
 
 def main(directory: str) -> int:
     records = pd.read_parquet(Path(directory) / "records.parquet")
-    table = parity(records)
-    for job, group in table.groupby("job"):
-        print(
-            f"{job}: {int(group.equal.sum())}/{len(group)} prompts token-identical, "
-            f"{int(group.new_tokens.sum())} tokens"
-        )
-        for row in group[~group.equal].itertuples():
-            print(f"  prompt {row.prompt_id}: first difference at character {row.first_diff_char}")
-    return 0 if table.equal.all() and len(table) else 1
+    pairs = identical = 0
+    for job, group in records.groupby("job"):
+        parity = greedy_parity(group, "speculative")
+        pairs, identical = pairs + parity["pairs"], identical + parity["identical"]
+        tokens = int(group.loc[group.method == "speculative", "new_tokens"].sum())
+        same = f"{parity['identical']}/{parity['pairs']}"
+        print(f"{job}: {same} prompts token-identical, {tokens} tokens")
+        for prompt_id, repeat in parity["differ"]:
+            rows = group[(group.prompt_id == prompt_id) & (group.repeat == repeat)]
+            text = rows.set_index("method").completion_raw
+            at = first_difference(text["speculative"], text["autoregressive"])
+            print(f"  prompt {prompt_id}: first difference at character {at}")
+    return 0 if pairs and identical == pairs else 1
 
 
 if __name__ == "__main__":
