@@ -24,6 +24,7 @@ from specbench.llamacpp.build import require_binary
 from specbench.llamacpp.server import LlamaServer
 from specbench.methods.llamacpp import request
 from specbench.packaged import gguf_file
+from specbench.provenance import cpu_columns
 from specbench.sampling import SamplingParams
 
 MODELS = {
@@ -74,7 +75,8 @@ def main() -> None:
     model = gguf_file(MODELS[args.model])
     bench = llama_bench(model, args.tokens, args.threads, args.repeats)
     own, wall = served(model, args.tokens, args.threads, args.repeats)
-    print(f"{model.name}, {args.threads} threads, tg{args.tokens}, median of {args.repeats}:")
+    setup = f"{args.threads} threads, tg{args.tokens}, median of {args.repeats}"
+    print(f"{model.name}, cpu_kind {cpu_columns()['cpu_kind']}, {setup}:")
     print(f"  llama-bench                      {bench:7.2f} tok/s")
     for name, value in (("its own clock", own), ("specbench's clock", wall)):
         print(f"  llama-server, {name:<18} {value:7.2f} tok/s  ({value / bench:.3f}x llama-bench)")
