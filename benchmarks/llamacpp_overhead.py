@@ -22,7 +22,7 @@ from statistics import median
 
 from specbench.llamacpp.build import require_binary
 from specbench.llamacpp.server import LlamaServer
-from specbench.methods.llamacpp import request
+from specbench.methods.llamacpp import repack, request
 from specbench.packaged import gguf_file
 from specbench.provenance import cpu_columns
 from specbench.sampling import SamplingParams
@@ -34,19 +34,22 @@ MODELS = {
 TARGET = 0.10  # at most 10% slower than llama-bench
 
 
-def llama_bench(model: Path, tokens: int, threads: int, repeats: int) -> float:
+def llama_bench(model: Path, tokens: int, threads: int, repeats: int, packed: bool) -> float:
     """llama-bench's decode tokens/s (tg<tokens>, no prompt)."""
     out = subprocess.run(
         [str(require_binary("llama-bench")), "-m", str(model), "-t", str(threads), "-p", "0",
-         "-n", str(tokens), "-r", str(repeats), "-o", "json"],
+         "-n", str(tokens), "-r", str(repeats), "--repack", str(int(packed)), "-o", "json"],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     return float(json.loads(out.stdout)[0]["avg_ts"])
 
 
-def served(model: Path, tokens: int, threads: int, repeats: int) -> tuple[float, float]:
+def served(
+    model: Path, tokens: int, threads: int, repeats: int, packed: bool
+) -> tuple[float, float]:
     """(llama.cpp's own decode tokens/s, ours from the wall clock) over `repeats` requests."""
     args = ["-m", str(model), "-c", "1024", "--parallel", "1", "--no-webui", "--cache-ram", "0"]
+    args += [] if packed else ["--no-repack"]
     own, wall = [], []
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -73,9 +76,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     model = gguf_file(MODELS[args.model])
-    bench = llama_bench(model, args.tokens, args.threads, args.repeats)
-    own, wall = served(model, args.tokens, args.threads, args.repeats)
-    setup = f"{args.threads} threads, tg{args.tokens}, median of {args.repeats}"
+    packed = repack(None)  # as the engines experiment runs it on this CPU
+    bench = llama_bench(model, args.tokens, args.threads, args.repeats, packed)
+    own, wall = served(model, args.tokens, args.threads, args.repeats, packed)
+    setup = f"{args.threads} threads, repack {packed}, tg{args.tokens}, median of {args.repeats}"
     print(f"{model.name}, cpu_kind {cpu_columns()['cpu_kind']}, {setup}:")
     print(f"  llama-bench                      {bench:7.2f} tok/s")
     for name, value in (("its own clock", own), ("specbench's clock", wall)):

@@ -53,6 +53,19 @@ def test_speculative_server_fixes_k(tmp_path, compose_cfg):
         assert args[args.index(flag) + 1] == value
 
 
+def test_weight_repacking_is_off_on_amx_cpus_unless_asked(monkeypatch, tmp_path):
+    """llama.cpp's AMX path for Q4_K weights segfaults (llama.cpp#20824): --no-repack there."""
+    model = tmp_path / "t.gguf"
+    model.write_bytes(b"")
+    for flags, expected in (({"avx2", "avx512f", "amx_bf16"}, False), ({"avx2"}, True)):
+        monkeypatch.setattr(llamacpp, "cpu_flags", lambda flags=flags: flags)
+        assert llamacpp.repack(None) is expected
+        args = llamacpp.server_args(llamacpp.LlamaCppConfig(model_file=str(model)), job=None)
+        assert ("--no-repack" not in args) is expected
+    cfg = llamacpp.LlamaCppConfig(model_file=str(model), repack=True)
+    assert "--no-repack" not in llamacpp.server_args(cfg, job=None)
+
+
 def test_a_model_llama_cpp_cannot_read_is_a_config_error():
     with pytest.raises(ConfigError, match="GGUF"):
         job = SimpleNamespace(target=ModelConfig(name="x", loader="hf", source="gpt2"))

@@ -22,6 +22,7 @@ from ..decoding.common import GenerationResult, StopCondition
 from ..llamacpp.build import require_binary
 from ..llamacpp.server import LlamaServer
 from ..packaged import gguf_file
+from ..provenance import cpu_flags, cpu_kind
 from ..sampling import SamplingParams
 from .base import DecodeOptions, Generate, Models
 
@@ -47,6 +48,10 @@ class LlamaCppConfig(DecoderConfig):
     # With no stop condition (fixed-length timing, the audit): true = never end at EOS (llama.cpp
     # then never samples one); false = an EOS ends the generation, the law intact (the audit).
     ignore_eos: bool = True
+    # llama.cpp's weight repacking (interleaved / AMX layouts); null = on, except on CPUs with
+    # AMX, where this build's AMX path for Q4_K weights segfaults on the first forward
+    # (llama.cpp#20824; measured on a Xeon with AMX, 2026-12-06). false = --no-repack.
+    repack: bool | None = None
 
 
 @dataclass
@@ -76,11 +81,18 @@ def model_path(given: str, job: SpecBenchConfig | None, role: str) -> Path:
     return gguf_file(model.source)
 
 
+def repack(given: bool | None) -> bool:
+    """Whether llama.cpp repacks weights: as given, else on unless this CPU has AMX."""
+    return given if given is not None else cpu_kind(cpu_flags(), "") != "amx"
+
+
 def server_args(cfg: LlamaCppConfig, job: SpecBenchConfig | None) -> list[str]:
     """llama-server's model and decoding flags for one method at one K (the job's models are
     read only for files not given)."""
     args = ["-m", str(model_path(cfg.model_file, job, "target")), "-c", str(cfg.context),
             "--parallel", "1", "--no-webui", "--cache-ram", "0"]  # fmt: skip
+    if not repack(cfg.repack):
+        args.append("--no-repack")
     if isinstance(cfg, LlamaCppSpeculativeConfig):
         k = str(cfg.k)
         args += ["--spec-type", cfg.draft_type, "--spec-draft-n-max", k, "--spec-draft-n-min", k,
@@ -109,11 +121,12 @@ def gguf_type(path: Path) -> str:
 
 
 def model_columns(args: list[str]) -> dict:
-    """Rows' dtype, draft and draft_dtype for llama.cpp: its GGUF files, not the job's torch
-    models."""
+    """Rows' dtype, draft and draft_dtype for llama.cpp (its GGUF files, not the job's torch
+    models) and whether it repacked the weights."""
     target = Path(args[args.index("-m") + 1])
     draft = Path(args[args.index("-md") + 1]) if "-md" in args else None
     columns = {"dtype": gguf_type(target), "draft": draft.stem if draft else ""}
+    columns["engine_repack"] = "--no-repack" not in args
     return columns | {"draft_dtype": gguf_type(draft) if draft else ""}
 
 
