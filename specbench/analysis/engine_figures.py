@@ -37,7 +37,7 @@ def throughput_figure(records: pd.DataFrame) -> Figure:
     records = normalize(records)
     table = stats.throughput(records)
     keys = sorted(set(map(tuple, table[PANEL].values)))
-    fig, axes = _grid(len(keys), width=6.0, height=0.5 * table.method.nunique() + 1.8)
+    fig, axes = _grid(len(keys), width=7.0, height=0.5 * table.method.nunique() + 1.8)
     intervals = set()
     for ax, key in zip(axes, keys, strict=True):
         mine = _in_panel(table, key).sort_values("tokens_per_s")
@@ -49,7 +49,7 @@ def throughput_figure(records: pd.DataFrame) -> Figure:
         ends = zip(mine.tokens_per_s, mine.tokens_per_s_high, mine.n_prompts, strict=True)
         for y, (v, end, n) in enumerate(ends):
             ax.text(end, y, f"  {v:.1f} (n = {n})", va="center", ha="left", fontsize=7)
-        ax.set_xlim(0, 1.3 * mine.tokens_per_s_high.max())
+        ax.set_xlim(0, 1.45 * mine.tokens_per_s_high.max())  # room for the value labels
         ax.set_title(_panel_title(key))
         ax.set_xlabel("tokens / s (higher is faster)")
         ax.grid(axis="x", alpha=0.3)
