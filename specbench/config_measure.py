@@ -28,6 +28,12 @@ class BenchConfig:
     # generate N tokens"; equal token counts in every pair). Quality is still scored on the
     # completion cut at the task's first stop string.
     fixed_length: bool = False
+    # With the task's stops: per (prompt, repeat) the first method (the order rotates) decodes
+    # up to its stop, and every other method then generates exactly as many tokens, stops off.
+    # Each pair has equal token counts, each count a draw from the target's law, so prefill
+    # is amortised alike in both (sampled completions of unequal length scatter the ratio).
+    # Those followers' quality is not scored (their length was set by another method).
+    match_lengths: bool = False
     # time: interleaved timing; audit: exactness audit of the decoder; profile: forward
     # latency of both models for q = 1..profile.max_q new tokens (is scoring K+1 cheap?);
     # calibrate: s(K), c, alpha and Thm 3.8's predicted speedup for K = 1..profile.max_k
@@ -56,6 +62,10 @@ class BenchConfig:
         _require(
             self.max_new_tokens is None or self.max_new_tokens >= 1,
             "bench.max_new_tokens must be >= 1 (or null for the task's budget)",
+        )
+        _require(
+            not (self.match_lengths and self.fixed_length),
+            "bench.match_lengths and bench.fixed_length both set the token counts: pick one",
         )
         if self.shard is not None:
             self.shard_index()

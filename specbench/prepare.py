@@ -138,22 +138,25 @@ def prepare(job: SpecBenchConfig) -> Prepared:
 
 def bind(
     prep: Prepared, models: tuple, entry: Method, config: DecoderConfig | None = None,
-    label: str | None = None,
+    label: str | None = None, fixed: bool = False,
 ) -> Generate:  # fmt: skip
     """One registry method bound to the loaded models with the job's options (at `config`, by
-    default the job's decoder carried over to the method; `label`: its timed variant's)."""
+    default the job's decoder carried over to the method; `label`: its timed variant's;
+    `fixed`: stops off, exactly the budget asked for)."""
     job, backend = prep.job, prep.job.backend
+    stop = None if fixed else prep.stop
     options = DecodeOptions(
-        job.sampling.params(), prep.stop, prep.vocab_size, backend.static_cache, backend.compile
+        job.sampling.params(), stop, prep.vocab_size, backend.static_cache, backend.compile
     )
     config = config or entry.config_from(job.decoder)
     prepared = prep.prepared.get(label or entry.name, prep.prepared.get(entry.name))
     return entry.bind(config, Models(*models), options, prepared)
 
 
-def bind_methods(prep: Prepared, models: tuple) -> dict[str, Generate]:
-    """Every timed variant of the job bound to the loaded models, once: label -> generate."""
-    return {t.label: bind(prep, models, t.method, t.config, t.label) for t in prep.timed}
+def bind_methods(prep: Prepared, models: tuple, fixed: bool = False) -> dict[str, Generate]:
+    """Every timed variant of the job bound to the loaded models, once: label -> generate
+    (`fixed`: with the stops off, for bench.match_lengths' followers)."""
+    return {t.label: bind(prep, models, t.method, t.config, t.label, fixed) for t in prep.timed}
 
 
 def start_engines(prep: Prepared, job_dir: Path, stack: ExitStack) -> Prepared:

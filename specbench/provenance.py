@@ -57,6 +57,22 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def cpu_model() -> str:
+    """'AuthenticAMD family 26 model 2': the CPU generation, which a VM's model name ('AMD
+    EPYC') hides and the ISA flags do not tell (Zen 4 and Zen 5 both have AVX-512-BF16)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return platform.processor() or platform.machine()
+    fields = {}
+    for line in cpuinfo.read_text().splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    vendor, family, model = (fields.get(k, "?") for k in ("vendor_id", "cpu family", "model"))
+    return f"{vendor} family {family} model {model}"
+
+
 def cpu_kind(flags: set[str], capability: str) -> str:
     """'amx', 'avx512_bf16', 'avx512', 'avx2' or 'other' from the flags; '@CAPABILITY' appended
     when torch runs below what the CPU has (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU).
@@ -69,12 +85,13 @@ def cpu_kind(flags: set[str], capability: str) -> str:
 
 
 def cpu_columns() -> dict[str, object]:
-    """The CPU: its kind, the ISA flags that matter, torch's capability, cores."""
+    """The CPU: its kind, the ISA flags that matter, its generation, torch's capability, cores."""
     flags = cpu_flags()
     capability = torch.backends.cpu.get_cpu_capability()
     return {
         "cpu_kind": cpu_kind(flags, capability),
         "cpu_isa": ",".join(f for f in ISA_FLAGS if f in flags),
+        "cpu_model": cpu_model(),
         "cpu_capability": capability,
         "cpu_cores": os.cpu_count(),
     }

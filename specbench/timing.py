@@ -45,6 +45,7 @@ class Warm:
     encoded: list[torch.Tensor]  # every prompt of the job, (1, T) ids
     predicted: dict[str, Any]  # bench.calibrate: the forecast's columns, put on every row
     calibration: list[dict[str, Any]]  # bench.calibrate: its per-K predictions
+    fixed: dict[str, Generate] = field(default_factory=dict)  # match_lengths: stops off
 
 
 def warm(prep: Prepared, models: tuple) -> Warm:
@@ -60,7 +61,8 @@ def warm(prep: Prepared, models: tuple) -> Warm:
         for generate in bound.values():
             gen = torch.Generator(device).manual_seed(job.bench.seed)
             generate(prompt, min(job.max_new_tokens, WARMUP_TOKENS), gen)
-    return Warm(bound, encoded, *calibrate_first(prep, models, bound, encoded))
+    fixed = bind_methods(prep, models, fixed=True) if job.bench.match_lengths else {}
+    return Warm(bound, encoded, *calibrate_first(prep, models, bound, encoded), fixed)
 
 
 @dataclass(frozen=True)
@@ -124,11 +126,16 @@ def time_runs(
     timed = prep.timed
     for i, repeat in bar:
         seed = prep.seed(i, repeat)
+        budget, leader = job.max_new_tokens, ""
         for variant in rotated(timed, i * job.bench.repeats + repeat):
             gen = torch.Generator(device).manual_seed(seed)
-            res = bound[variant.label](encoded[i], job.max_new_tokens, gen)
-            rows.append(result_row(prep, variant, prep.prompts[i], repeat, seed, res) | predicted)
+            generate = warmed.fixed[variant.label] if leader else bound[variant.label]
+            res = generate(encoded[i], budget, gen)
+            row = result_row(prep, variant, prep.prompts[i], repeat, seed, res) | predicted
+            rows.append(row | ({"length_from": leader} if job.bench.match_lengths else {}))
             iterations += iteration_rows(rows[-1], res)
+            if job.bench.match_lengths and not leader:  # the others generate as many tokens
+                budget, leader = max(res.num_tokens, 1), variant.label
         if checkpoint:
             checkpoint.save(rows, iterations)
         bar.set_postfix_str(progress_text(rows))
@@ -155,7 +162,8 @@ def score_rows(prep: Prepared, rows: list[dict]) -> None:
     """Add the task's quality columns (ROUGE, pass/fail) to each row, after all timing."""
     by_id = {p.id: p for p in prep.prompts}
     for row in tqdm(rows, desc=f"scoring {prep.job.task.name}", unit="row", leave=False):
-        row.update(prep.score(prep.job.task, by_id[row["prompt_id"]], row["completion"]))
+        if not row.get("length_from"):  # a match_lengths follower stops where its leader did
+            row.update(prep.score(prep.job.task, by_id[row["prompt_id"]], row["completion"]))
 
 
 def result_row(

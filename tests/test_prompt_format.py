@@ -15,7 +15,7 @@ from specbench.runner import job_columns, to_config
 from specbench.tasks import format_prompts
 from specbench.tasks import humaneval as he
 from specbench.tasks.chat import ChatTurn, chat_text, extract_code, sanitize
-from specbench.timing import cut_at_eos, result_row
+from specbench.timing import Warm, cut_at_eos, result_row, score_rows, time_runs
 from specbench.tiny import byte_tokenizer
 
 CHAT_REPLY = """\
@@ -175,3 +175,41 @@ def test_rows_carry_the_task_options_that_shape_a_prompt(compose_cfg):
     options = json.loads(job_columns(job, "job", False)["task_options"])
     assert options["max_document_chars"] == 600
     assert "task_options" in stats.SETTING
+
+
+def test_match_lengths_gives_every_pair_the_leaders_token_count(compose_cfg):
+    # bench.match_lengths: per (prompt, repeat) the first method (rotating) decodes up to its
+    # stop; the others generate exactly as many tokens with the stops off, and are not scored.
+    overrides = ["task=humaneval", "bench.match_lengths=true", "bench.num_prompts=3"]
+    cfg = compose_cfg([*overrides, "bench.repeats=1"])
+    prep = prepare(to_config(cfg))
+    calls = []
+
+    def fake(label: str, fixed: bool):
+        def generate(ids, budget, gen):
+            calls.append((label, fixed, budget))
+            n = budget if fixed else 3 + len(calls)  # leaders stop early, at varying lengths
+            return GenerationResult(tokens=[65] * n, wall_s=0.1, target_calls=n)
+
+        return generate
+
+    labels = [t.label for t in prep.timed]
+    warmed = Warm(
+        {label: fake(label, False) for label in labels}, [None] * 3, {}, [],
+        {label: fake(label, True) for label in labels},
+    )  # fmt: skip
+    rows, _ = time_runs(prep, warmed, range(3))
+    frame = pd.DataFrame(rows)
+    assert len(labels) == 2 and len(frame) == 6
+    for _, pair in frame.groupby("prompt_id"):
+        assert pair.new_tokens.nunique() == 1  # equal token counts in every pair
+        leader = pair[pair.length_from == ""]
+        assert len(leader) == 1 and set(pair.length_from) == {"", leader.method.iloc[0]}
+    assert frame[frame.length_from == ""].method.nunique() == 2  # the leader rotates
+    assert [fixed for _, fixed, _ in calls] == [False, True] * 3
+    score_rows(prep, rows)
+    scored = pd.DataFrame(rows)
+    assert scored[scored.length_from == ""].passed.notna().all()
+    assert scored[scored.length_from != ""].passed.isna().all()
+    with pytest.raises(ConfigError, match="pick one"):
+        to_config(compose_cfg(["bench.match_lengths=true", "bench.fixed_length=true"]))

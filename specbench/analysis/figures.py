@@ -37,7 +37,8 @@ def pair_caption(records: pd.DataFrame) -> str:
     drafts = records[records.draft_calls > 0] if "draft_calls" in records else records
     pair = f"target {_unique(records, 'target')} / draft {_unique(drafts, 'draft')}"
     kind = _unique(records, "cpu_kind") if "cpu_kind" in records else "CPU kind unrecorded"
-    device = f"{_unique(records, 'device_name')} ({kind})"
+    model = f", {_unique(records, 'cpu_model')}" if "cpu_model" in records else ""
+    device = f"{_unique(records, 'device_name')} ({kind}{model})"
     return " | ".join([pair, device, _unique(records, "dtype")])
 
 
