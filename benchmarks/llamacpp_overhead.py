@@ -80,7 +80,8 @@ def main() -> None:
     bench = llama_bench(model, args.tokens, args.threads, args.repeats, packed)
     own, wall = served(model, args.tokens, args.threads, args.repeats, packed)
     setup = f"{args.threads} threads, repack {packed}, tg{args.tokens}, median of {args.repeats}"
-    print(f"{model.name}, cpu_kind {cpu_columns()['cpu_kind']}, {setup}:")
+    cpu = cpu_columns()
+    print(f"{model.name}, cpu_kind {cpu['cpu_kind']} ({cpu['cpu_model']}), {setup}:")
     print(f"  llama-bench                      {bench:7.2f} tok/s")
     for name, value in (("its own clock", own), ("specbench's clock", wall)):
         print(f"  llama-server, {name:<18} {value:7.2f} tok/s  ({value / bench:.3f}x llama-bench)")
