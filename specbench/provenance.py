@@ -32,15 +32,22 @@ def _git(*args: str, repo: Path = REPO) -> str | None:
     return out.stdout.strip()
 
 
+def cpuinfo() -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo as key -> value (empty where there is none)."""
+    path = Path("/proc/cpuinfo")
+    fields: dict[str, str] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
 def device_name(device: str) -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    return cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # what changes CPU kernel costs
@@ -48,27 +55,15 @@ ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # what changes CPU k
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
-        return set()
-    for line in cpuinfo.read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+    return set(cpuinfo().get("flags", "").split())
 
 
 def cpu_model() -> str:
     """'AuthenticAMD family 26 model 2': the CPU generation, which a VM's model name ('AMD
     EPYC') hides and the ISA flags do not tell (Zen 4 and Zen 5 both have AVX-512-BF16)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
+    fields = cpuinfo()
+    if not fields:
         return platform.processor() or platform.machine()
-    fields = {}
-    for line in cpuinfo.read_text().splitlines():
-        if not line.strip():
-            break  # the first processor's block is enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
     vendor, family, model = (fields.get(k, "?") for k in ("vendor_id", "cpu family", "model"))
     return f"{vendor} family {family} model {model}"
 
