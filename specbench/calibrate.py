@@ -175,7 +175,7 @@ def costs_key(job: SpecBenchConfig) -> str:
         "models": [(m.name, m.source, m.quantize, m.torch_dtype_name(backend.dtype))
                    for m in (job.target, job.draft)],
         "backend": [backend.name, backend.compile, backend.static_cache, backend.prompt_fp32,
-                    backend.rows_kernel and source_digest()],
+                    backend.rows_kernel and source_digest(), backend.lean_decode],
         "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],
         "widths": [max(job.decoder.ks()), profile.max_k, profile.alpha_prompts,
                    alpha_tokens(job), profile.cost_repeats, job.bench.seed],

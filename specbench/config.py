@@ -113,6 +113,10 @@ class BackendConfig:
     # bf16 micro-benchmark (specbench.kernels.auto_kernels, cached per CPU), recorded in rows
     auto_kernels: bool = False
     static_cache: bool = False  # preallocated KV cache, rollback by position (gpt-fast style)
+    # CPU, dynamic cache, Llama-family models: decode through specbench.decoding.lean (the
+    # model's own modules in one plain loop, int4 q/k/v and gate/up fused) instead of
+    # transformers' forward; false: transformers' forward everywhere
+    lean_decode: bool = True
     device_map: str | None = None  # the target only: "auto" spreads it over GPUs (accelerate)
     tp_plan: str | None = None  # the target only: "auto" = transformers tensor parallel (torchrun)
     num_threads: int | None = None  # torch intra-op threads on CPU; None keeps torch's choice

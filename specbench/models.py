@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .config import BackendConfig, ConfigError, ModelConfig
+from .decoding.lean import disable_lean
 from .draft_vocab import narrow_vocab
 from .kernels import cpu_linears
 from .packaged import PACKAGED, locate_parts, lookup, materialize
@@ -166,7 +167,8 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
         tokenizer = load_tokenizer(cfg, cfg.torch_dtype_name(backend.dtype))
         model = narrow_vocab(model, tokenizer, cfg.draft_vocab)
     model = quantize_linears(model, cfg.quantize, backend.rows_kernel)
-    return cpu_linears(model, backend.prompt_fp32, backend.rows_kernel).eval()
+    model = cpu_linears(model, backend.prompt_fp32, backend.rows_kernel).eval()
+    return model if backend.lean_decode else disable_lean(model)
 
 
 def check_tokenizers(target_tok: Any, draft_tok: Any) -> int:

@@ -109,8 +109,11 @@ def options_column(options: Any) -> str:
 
 
 def job_records(job_dir: Path) -> pd.DataFrame:
-    """A job's records; rows older than the task_options column get it from the job's config."""
+    """A job's records; rows older than the task_options column get it from the job's config,
+    rows older than the lean decode path say they ran transformers' forward."""
     frame = pd.read_parquet(job_dir / RECORDS)
+    if "lean_decode" not in frame:
+        frame["lean_decode"] = False
     config = job_dir / JOB_CONFIG
     if "task_options" not in frame and config.is_file():
         task = OmegaConf.to_container(OmegaConf.load(config)).get("task") or {}

@@ -81,6 +81,7 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "compiled": job.backend.compile,
         "prompt_fp32": job.backend.prompt_fp32,
         "rows_kernel": job.backend.rows_kernel,
+        "lean_decode": job.backend.lean_decode,
         "device": job.backend.device,
         "dtype": job.target.torch_dtype_name(job.backend.dtype),
         "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",

@@ -23,9 +23,11 @@ SMALL = {
 
 
 def count_forwards(model: torch.nn.Module) -> list[int]:
-    """A counter of the model's forward calls, kept by a forward hook (not by CachedLM)."""
+    """A counter of the model's forward calls, kept by a hook on its input embedding (run once
+    per forward by transformers' path and the lean one alike), not by CachedLM."""
     calls = [0]
-    model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    embed = model.get_input_embeddings()
+    embed.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     return calls
 
 

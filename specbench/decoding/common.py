@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from transformers import CompileConfig, DynamicCache, StaticCache
 
 from ..kernels import cpu_inductor, inductor_cache, keep_cache_as_input
+from .lean import LeanCache, lean_forward
 
 # Fixed shapes per decode call; "reduce-overhead" captures CUDA graphs on GPU. On CPU the default
 # mode, with kernels.INDUCTOR_CPU (freezing + CPP GEMM templates) patched in around each call.
@@ -138,6 +139,9 @@ class CachedLM:
     through transformers' `get_compiled_call` (torch.compile, CUDA graphs on GPU; on CPU one
     graph dynamic in T for the scoring widths 2..COMPILED_MAX_T, single tokens eager); prefill
     stays eager so prompt lengths never trigger recompiles.
+    lean (default: on CPU with a dynamic cache) runs the model's `lean.lean_forward` with its
+    own cache instead of transformers' forward where there is one: the same modules, less
+    per-call overhead.
     """
 
     COMPILED_MAX_T = 17  # draft steps (1-2 tokens) and target scoring (K+1 <= 17)
@@ -148,6 +152,7 @@ class CachedLM:
         vocab_size: int | None = None,
         max_len: int | None = None,
         compile: bool = False,
+        lean: bool | None = None,
     ) -> None:
         if compile and max_len is None:
             raise ValueError("compile=True needs a static cache: pass max_len")
@@ -155,7 +160,12 @@ class CachedLM:
         self.device = model_device(model)  # where inputs go; logits are returned here too
         self.vocab_size = vocab_size
         self.max_len = max_len
-        if max_len is None:
+        if lean is None:
+            lean = max_len is None and self.device.type == "cpu"
+        self.lean = lean_forward(model) if lean else None
+        if self.lean is not None:
+            self.cache = LeanCache()
+        elif max_len is None:
             self.cache = DynamicCache(config=model.config)
         else:
             self.cache = StaticCache(config=model.config, max_cache_len=max_len)
@@ -172,6 +182,8 @@ class CachedLM:
         """(B, T) new ids -> (B, keep, V) logits of the last `keep` positions. `tree` passes
         position_ids and a 4D attention_mask for a token tree (eager, dynamic cache)."""
         new = input_ids.shape[1]
+        if self.lean is not None:
+            return self._finish(self.lean(input_ids.to(self.device), self.cache, keep, **tree), new)
         if self.max_len is not None and self.length + new > self.max_len:
             raise ValueError(f"static cache of {self.max_len} positions is full")
         kwargs = {self._cache_kw: self.cache, "use_cache": True, **tree}
@@ -198,6 +210,10 @@ class CachedLM:
         logits = call(input_ids=input_ids, **kwargs).logits[:, -keep:]
         if self.compiled_cpu and self.length == 0:  # the prefill has just allocated the cache
             keep_cache_as_input(self.cache)
+        return self._finish(logits, new)
+
+    def _finish(self, logits: torch.Tensor, new: int) -> torch.Tensor:
+        """Count the call's new positions; logits on self.device, cut to the vocabulary."""
         self.length += new
         self.calls += 1
         # A target split over devices (device_map) computes its lm_head on the last one.
@@ -207,7 +223,10 @@ class CachedLM:
     def rollback(self, n_tokens: int) -> None:
         """Forget the last n_tokens cached positions."""
         if n_tokens > 0:
-            self.cache.crop(-n_tokens)
+            if self.lean is not None:
+                self.cache.length -= n_tokens
+            else:
+                self.cache.crop(-n_tokens)
             self.length -= n_tokens
 
     def keep_positions(self, start: int, offsets: list[int]) -> None:
@@ -217,6 +236,10 @@ class CachedLM:
         if self.max_len is not None:
             raise ValueError("keep_positions needs a dynamic cache (max_len=None)")
         kept = len(offsets)
+        if self.lean is not None:
+            self.cache.keep_positions(start, offsets)
+            self.length = start + kept
+            return
         if offsets != list(range(kept)):  # not already in place: move them down
             index = torch.tensor([start + o for o in offsets])
             for layer in self.cache.layers:

@@ -1,0 +1,114 @@
+"""The lean decode path against transformers' forward, side by side on the paper pair.
+
+    python benchmarks/lean_decode.py                 # HumanEval problems 1-10, 64 tokens
+    python benchmarks/lean_decode.py --setting xsum_greedy --prompts 4 --tokens 128
+
+One process, the paper regime's pair (bf16 1.5B target, int4 0.5B draft, `cpu_bf16`) loaded
+twice: once with `backend.lean_decode=true` (specbench.decoding.lean), once false. Per prompt,
+autoregressive and speculative sampling (K = 4) on each path, the four runs in a rotating order
+on the same seed (fixed length, so each pair of runs decodes the same number of tokens).
+Prints per method the paired ratio lean / transformers of ms per token (geometric mean over
+prompts, 95% t interval on log ratios, `specbench.stats`), and the speculative speedup over
+autoregressive under each path. Writes nothing unless --out is given (rows as CSV).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from hydra import compose, initialize_config_dir
+
+from specbench import stats
+from specbench.methods.registry import register_configs
+from specbench.models import load_model
+from specbench.prepare import generate, prepare
+from specbench.provenance import provenance
+from specbench.runner import to_config
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+METHODS = ("autoregressive", "speculative")
+
+
+def load(setting: str, prompts: int, tokens: int):
+    """The paper_table1 job of `setting` (fixed length) and its pair on both paths."""
+    register_configs()
+    overrides = ["+experiment=paper_table1", f"+setting={setting}", "hydra.mode=RUN"]
+    overrides += [f"bench.num_prompts={prompts}", f"bench.max_new_tokens={tokens}"]
+    overrides += ["bench.fixed_length=true", "bench.require_clean=false"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        job = to_config(compose(config_name="config", overrides=overrides))
+    prep = prepare(job)
+    pairs = {}
+    for lean in (True, False):
+        backend = replace(job.backend, lean_decode=lean)
+        pairs[lean] = (load_model(job.target, backend), load_model(job.draft, backend))
+    return prep, pairs
+
+
+def run(prep, pairs, count: int, tokens: int) -> pd.DataFrame:
+    """The first `count` prompts: 2 paths x 2 methods each, rotating order, one warm-up pass."""
+    variants = [(lean, method) for lean in (True, False) for method in METHODS]
+    rows = []
+    for index, prompt in enumerate(prep.prompts[:count]):
+        ids = prep.tokenizer(prompt.text, return_tensors="pt").input_ids
+        order = variants[index % 4 :] + variants[: index % 4]
+        for lean, method in order if index else order + order:  # prompt 1 twice: warm-up
+            gen = torch.Generator().manual_seed(prep.seed(index, 0))
+            res = generate(method, prep, pairs[lean], ids, gen, tokens)
+            draft_ms = 1e3 * res.draft_s / max(res.draft_calls, 1)
+            rows.append({"prompt_id": prompt.id, "lean": lean, "method": method,
+                         "ms_per_token": res.ms_per_token, "new_tokens": res.num_tokens,
+                         "draft_ms_per_call": draft_ms})  # fmt: skip
+            path = "lean" if lean else "transformers"
+            print(f"{prompt.id} {path} {method}: {res.ms_per_token:.1f} ms/token")
+    frame = pd.DataFrame(rows)
+    first = frame.prompt_id == prep.prompts[0].id
+    return frame[~first | frame.duplicated(["prompt_id", "lean", "method"], keep="first")]
+
+
+def ratio(values: pd.Series) -> str:
+    """Geometric mean of per-prompt ratios with its labelled interval (`stats.ratio_interval`)."""
+    r = stats.ratio_interval(np.log(values))
+    low, high = r["ratio_low"], r["ratio_high"]
+    return f"{r['ratio']:.3f}x [{low:.3f}, {high:.3f}] ({r['ratio_interval']})"
+
+
+def report(frame: pd.DataFrame) -> str:
+    """Paired ratios per prompt, geometric means with 95% t intervals on log ratios."""
+    wide = frame.pivot_table(index="prompt_id", columns=["method", "lean"], values="ms_per_token")
+    lines = [f"n = {len(wide)} prompts"]
+    for method in METHODS:
+        est = ratio(wide[(method, False)] / wide[(method, True)])
+        lines.append(f"{method}: transformers / lean ms per token = {est}")
+    for lean in (False, True):
+        est = ratio(wide[("autoregressive", lean)] / wide[("speculative", lean)])
+        lines.append(f"speculative speedup, {'lean' if lean else 'transformers'} path: {est}")
+    draft = frame[frame.method == "speculative"].groupby("lean").draft_ms_per_call.median()
+    lean_ms, hf_ms = draft[True], draft[False]
+    lines.append(f"draft ms per call, median: lean {lean_ms:.1f}, transformers {hf_ms:.1f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--setting", default="humaneval")
+    parser.add_argument("--prompts", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--out", type=Path, help="write the rows here (CSV) with provenance")
+    args = parser.parse_args()
+    prep, pairs = load(args.setting, args.prompts, args.tokens)
+    frame = run(prep, pairs, args.prompts, args.tokens)
+    print(report(frame))
+    if args.out:
+        frame.assign(**provenance("cpu")).to_csv(args.out, index=False)
+
+
+if __name__ == "__main__":
+    main()
