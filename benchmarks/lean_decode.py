@@ -2,8 +2,9 @@
 
     python benchmarks/lean_decode.py                 # HumanEval problems 1-10, 64 tokens
     python benchmarks/lean_decode.py --setting xsum_greedy --prompts 4 --tokens 128
+    python benchmarks/lean_decode.py --backend cpu_avx2   # AVX2-only CPUs: the row kernels
 
-One process, the paper regime's pair (bf16 1.5B target, int4 0.5B draft, `cpu_bf16`) loaded
+One process, the paper regime's pair (bf16 1.5B target, int4 0.5B draft, `--backend`) loaded
 twice: once with `backend.lean_decode=true` (specbench.decoding.lean), once false. Per prompt,
 autoregressive and speculative sampling (K = 4) on each path, the four runs in a rotating order
 on the same seed (fixed length, so each pair of runs decodes the same number of tokens).
@@ -34,10 +35,11 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("autoregressive", "speculative")
 
 
-def load(setting: str, prompts: int, tokens: int):
+def load(setting: str, backend: str, prompts: int, tokens: int):
     """The paper_table1 job of `setting` (fixed length) and its pair on both paths."""
     register_configs()
-    overrides = ["+experiment=paper_table1", f"+setting={setting}", "hydra.mode=RUN"]
+    overrides = ["+experiment=paper_table1", f"+setting={setting}", f"backend={backend}"]
+    overrides += ["hydra.mode=RUN"]
     overrides += [f"bench.num_prompts={prompts}", f"bench.max_new_tokens={tokens}"]
     overrides += ["bench.fixed_length=true", "bench.require_clean=false"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -99,11 +101,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--setting", default="humaneval")
+    parser.add_argument("--backend", default="cpu_bf16", help="cpu_avx2 on AVX2-only CPUs")
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, help="write the rows here (CSV) with provenance")
     args = parser.parse_args()
-    prep, pairs = load(args.setting, args.prompts, args.tokens)
+    prep, pairs = load(args.setting, args.backend, args.prompts, args.tokens)
     frame = run(prep, pairs, args.prompts, args.tokens)
     print(report(frame))
     if args.out:
