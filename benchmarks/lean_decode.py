@@ -53,13 +53,15 @@ def load(setting: str, backend: str, prompts: int, tokens: int):
 
 
 def run(prep, pairs, count: int, tokens: int) -> pd.DataFrame:
-    """The first `count` prompts: 2 paths x 2 methods each, rotating order, one warm-up pass."""
+    """The first `count` prompts: 2 paths x 2 methods each, rotating order, after one untimed
+    warm-up pass of every variant on the first prompt."""
     variants = [(lean, method) for lean in (True, False) for method in METHODS]
+    encoded = [prep.tokenizer(p.text, return_tensors="pt").input_ids for p in prep.prompts[:count]]
+    for lean, method in variants:
+        generate(method, prep, pairs[lean], encoded[0], torch.Generator().manual_seed(0), tokens)
     rows = []
-    for index, prompt in enumerate(prep.prompts[:count]):
-        ids = prep.tokenizer(prompt.text, return_tensors="pt").input_ids
-        order = variants[index % 4 :] + variants[: index % 4]
-        for lean, method in order if index else order + order:  # prompt 1 twice: warm-up
+    for index, (prompt, ids) in enumerate(zip(prep.prompts[:count], encoded, strict=True)):
+        for lean, method in variants[index % 4 :] + variants[: index % 4]:
             gen = torch.Generator().manual_seed(prep.seed(index, 0))
             res = generate(method, prep, pairs[lean], ids, gen, tokens)
             draft_ms = 1e3 * res.draft_s / max(res.draft_calls, 1)
@@ -68,9 +70,7 @@ def run(prep, pairs, count: int, tokens: int) -> pd.DataFrame:
                          "draft_ms_per_call": draft_ms})  # fmt: skip
             path = "lean" if lean else "transformers"
             print(f"{prompt.id} {path} {method}: {res.ms_per_token:.1f} ms/token")
-    frame = pd.DataFrame(rows)
-    first = frame.prompt_id == prep.prompts[0].id
-    return frame[~first | frame.duplicated(["prompt_id", "lean", "method"], keep="first")]
+    return pd.DataFrame(rows)
 
 
 def ratio(values: pd.Series) -> str:
