@@ -117,6 +117,10 @@ class BackendConfig:
     # model's own modules in one plain loop, int4 q/k/v and gate/up fused) instead of
     # transformers' forward; false: transformers' forward everywhere
     lean_decode: bool = True
+    # CPU, bf16, CPUs whose oneDNN has native bf16 (AVX-512-BF16, AMX): every bf16 linear's
+    # weight reordered once into oneDNN's layout (specbench.kernels.PackedLinear; ~2x faster
+    # decode steps); elsewhere, or with another kernel choice, it does nothing
+    pack_weights: bool = True
     device_map: str | None = None  # the target only: "auto" spreads it over GPUs (accelerate)
     tp_plan: str | None = None  # the target only: "auto" = transformers tensor parallel (torchrun)
     num_threads: int | None = None  # torch intra-op threads on CPU; None keeps torch's choice

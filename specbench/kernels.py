@@ -12,6 +12,11 @@ time. The levers, chosen per backend (conf/backend/cpu_avx2.yaml, cpu_compiled.y
   an int4 draft's decode matmuls on its int4 row kernel (`quantize.Int4RowsLinear`);
 - prompt-width matmuls (> PROMPT_ROWS rows) in fp32, the bf16 weight upcast per call
   (`CpuLinear`): an fp32 GEMM on MKL is compute-efficient where bf16 is not.
+
+Where oneDNN has native bf16 (AVX-512-BF16, AMX), `pack_weights` reorders every bf16 linear's
+weight once into oneDNN's blocked layout (`PackedLinear`): the same products, but a decode step
+streams the weights at ~43 GB/s instead of ~25 (plain `F.linear` reorders per call); the 1.5B
+target's step 150 -> 73 ms on the Zen 5 EPYC, logits identical.
 """
 
 from __future__ import annotations
@@ -113,6 +118,46 @@ class CpuLinear(nn.Module):
             out = nn.functional.linear(x.float(), weight, None if bias is None else bias.float())
             return out.to(x.dtype)
         return self.inner(x)
+
+
+def can_pack(backend: object) -> bool:
+    """Whether load_model packs this backend's bf16 linears for oneDNN (`PackedLinear`): asked
+    for, on CPU in bf16, no other kernel choice (row kernel, fp32 prompts, compile), and a CPU
+    whose oneDNN has native bf16."""
+    other = backend.rows_kernel or backend.prompt_fp32 or backend.compile
+    asked = backend.pack_weights and backend.device == "cpu" and backend.dtype == "bfloat16"
+    return asked and not other and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+class PackedLinear(nn.Module):
+    """A bf16 nn.Linear whose weight is reordered once into oneDNN's blocked layout: the same
+    products as `F.linear`, without the per-call reorder that halves its streaming rate."""
+
+    def __init__(self, inner: nn.Linear, rows: int = 5) -> None:
+        super().__init__()
+        self.in_features, self.out_features = inner.in_features, inner.out_features
+        # an opaque oneDNN tensor (not a buffer: state_dict and .to() cannot carry it); `rows`
+        # only picks the layout, every width runs on it
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(inner.weight.detach(), rows)
+        self.bias = None if inner.bias is None else inner.bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def pack_linears(model: nn.Module) -> nn.Module:
+    """Replace every bf16 nn.Linear of `model` (in place) by a PackedLinear; a tied embedding
+    keeps its own weight."""
+    targets = [
+        (name, module)
+        for name, module in model.named_modules()
+        if type(module) is nn.Linear and module.weight.dtype == torch.bfloat16
+    ]
+    for name, module in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, PackedLinear(module))
+    return model
 
 
 def cpu_linears(model: nn.Module, prompt_fp32: bool, rows_kernel: bool) -> nn.Module:

@@ -13,7 +13,7 @@ import torch
 from .config import BackendConfig, ConfigError, ModelConfig
 from .decoding.lean import disable_lean
 from .draft_vocab import narrow_vocab
-from .kernels import cpu_linears
+from .kernels import can_pack, cpu_linears, pack_linears
 from .packaged import PACKAGED, locate_parts, lookup, materialize
 from .quantize import quantize_linears
 from .shapes import lookup_shape, shape_model
@@ -168,6 +168,7 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
         model = narrow_vocab(model, tokenizer, cfg.draft_vocab)
     model = quantize_linears(model, cfg.quantize, backend.rows_kernel)
     model = cpu_linears(model, backend.prompt_fp32, backend.rows_kernel).eval()
+    model = pack_linears(model) if can_pack(backend) else model
     return model if backend.lean_decode else disable_lean(model)
 
 

@@ -110,10 +110,12 @@ def options_column(options: Any) -> str:
 
 def job_records(job_dir: Path) -> pd.DataFrame:
     """A job's records; rows older than the task_options column get it from the job's config,
-    rows older than the lean decode path say they ran transformers' forward."""
+    rows older than the lean decode path say they ran transformers' forward, and rows older than
+    packed weights that they ran plain F.linear."""
     frame = pd.read_parquet(job_dir / RECORDS)
-    if "lean_decode" not in frame:
-        frame["lean_decode"] = False
+    for flag in ("lean_decode", "pack_weights"):
+        if flag not in frame:
+            frame[flag] = False
     config = job_dir / JOB_CONFIG
     if "task_options" not in frame and config.is_file():
         task = OmegaConf.to_container(OmegaConf.load(config)).get("task") or {}

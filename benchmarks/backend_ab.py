@@ -1,16 +1,18 @@
-"""The lean decode path against transformers' forward, side by side on the paper pair.
+"""One backend switch on and off, side by side on the paper pair (the decode paths' A/B).
 
-    python benchmarks/lean_decode.py                 # HumanEval problems 1-10, 64 tokens
-    python benchmarks/lean_decode.py --setting xsum_greedy --prompts 4 --tokens 128
-    python benchmarks/lean_decode.py --backend cpu_avx2   # AVX2-only CPUs: the row kernels
+    python benchmarks/backend_ab.py                  # lean decode vs transformers' forward
+    python benchmarks/backend_ab.py --flag pack_weights   # oneDNN-packed vs plain bf16 linears
+    python benchmarks/backend_ab.py --setting xsum_greedy --prompts 4 --tokens 128
+    python benchmarks/backend_ab.py --backend cpu_avx2    # AVX2-only CPUs: the row kernels
 
 One process, the paper regime's pair (bf16 1.5B target, int4 0.5B draft, `--backend`) loaded
-twice: once with `backend.lean_decode=true` (specbench.decoding.lean), once false. Per prompt,
-autoregressive and speculative sampling (K = 4) on each path, the four runs in a rotating order
-on the same seed (fixed length, so each pair of runs decodes the same number of tokens).
-Prints per method the paired ratio lean / transformers of ms per token (geometric mean over
-prompts, 95% t interval on log ratios, `specbench.stats`), and the speculative speedup over
-autoregressive under each path. Writes nothing unless --out is given (rows as CSV).
+twice: once with `backend.<flag>=true`, once false (`lean_decode`: specbench.decoding.lean;
+`pack_weights`: specbench.kernels.PackedLinear). Per prompt, autoregressive and speculative
+sampling (K = 4) with the switch on and off, the four runs in a rotating order on the same seed
+(fixed length, so each pair of runs decodes the same number of tokens). Prints per method the
+paired ratio off / on of ms per token (geometric mean over prompts, 95% t interval on log
+ratios, `specbench.stats`), and the speculative speedup over autoregressive either way. Writes
+nothing unless --out is given (rows as CSV; the column `on` is the switch).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from specbench.runner import to_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("autoregressive", "speculative")
+FLAGS = ("lean_decode", "pack_weights")  # backend switches (specbench.config.BackendConfig)
 
 
-def load(setting: str, backend: str, prompts: int, tokens: int):
-    """The paper_table1 job of `setting` (fixed length) and its pair on both paths."""
+def load(setting: str, backend: str, prompts: int, tokens: int, flag: str):
+    """The paper_table1 job of `setting` (fixed length) and its pair with `flag` on and off."""
     register_configs()
     overrides = ["+experiment=paper_table1", f"+setting={setting}", f"backend={backend}"]
     overrides += ["hydra.mode=RUN"]
@@ -46,30 +49,29 @@ def load(setting: str, backend: str, prompts: int, tokens: int):
         job = to_config(compose(config_name="config", overrides=overrides))
     prep = prepare(job)
     pairs = {}
-    for lean in (True, False):
-        backend = replace(job.backend, lean_decode=lean)
-        pairs[lean] = (load_model(job.target, backend), load_model(job.draft, backend))
+    for on in (True, False):
+        backend = replace(job.backend, **{flag: on})
+        pairs[on] = (load_model(job.target, backend), load_model(job.draft, backend))
     return prep, pairs
 
 
 def run(prep, pairs, count: int, tokens: int) -> pd.DataFrame:
-    """The first `count` prompts: 2 paths x 2 methods each, rotating order, after one untimed
-    warm-up pass of every variant on the first prompt."""
-    variants = [(lean, method) for lean in (True, False) for method in METHODS]
+    """The first `count` prompts: switch on / off x 2 methods, rotating order, after one
+    untimed warm-up pass of every variant on the first prompt."""
+    variants = [(on, method) for on in (True, False) for method in METHODS]
     encoded = [prep.tokenizer(p.text, return_tensors="pt").input_ids for p in prep.prompts[:count]]
-    for lean, method in variants:
-        generate(method, prep, pairs[lean], encoded[0], torch.Generator().manual_seed(0), tokens)
+    for on, method in variants:
+        generate(method, prep, pairs[on], encoded[0], torch.Generator().manual_seed(0), tokens)
     rows = []
     for index, (prompt, ids) in enumerate(zip(prep.prompts[:count], encoded, strict=True)):
-        for lean, method in variants[index % 4 :] + variants[: index % 4]:
+        for on, method in variants[index % 4 :] + variants[: index % 4]:
             gen = torch.Generator().manual_seed(prep.seed(index, 0))
-            res = generate(method, prep, pairs[lean], ids, gen, tokens)
+            res = generate(method, prep, pairs[on], ids, gen, tokens)
             draft_ms = 1e3 * res.draft_s / max(res.draft_calls, 1)
-            rows.append({"prompt_id": prompt.id, "lean": lean, "method": method,
+            rows.append({"prompt_id": prompt.id, "on": on, "method": method,
                          "ms_per_token": res.ms_per_token, "new_tokens": res.num_tokens,
                          "draft_ms_per_call": draft_ms})  # fmt: skip
-            path = "lean" if lean else "transformers"
-            print(f"{prompt.id} {path} {method}: {res.ms_per_token:.1f} ms/token")
+            print(f"{prompt.id} {'on' if on else 'off'} {method}: {res.ms_per_token:.1f} ms/token")
     return pd.DataFrame(rows)
 
 
@@ -82,17 +84,16 @@ def ratio(values: pd.Series) -> str:
 
 def report(frame: pd.DataFrame) -> str:
     """Paired ratios per prompt, geometric means with 95% t intervals on log ratios."""
-    wide = frame.pivot_table(index="prompt_id", columns=["method", "lean"], values="ms_per_token")
+    wide = frame.pivot_table(index="prompt_id", columns=["method", "on"], values="ms_per_token")
     lines = [f"n = {len(wide)} prompts"]
     for method in METHODS:
         est = ratio(wide[(method, False)] / wide[(method, True)])
-        lines.append(f"{method}: transformers / lean ms per token = {est}")
-    for lean in (False, True):
-        est = ratio(wide[("autoregressive", lean)] / wide[("speculative", lean)])
-        lines.append(f"speculative speedup, {'lean' if lean else 'transformers'} path: {est}")
-    draft = frame[frame.method == "speculative"].groupby("lean").draft_ms_per_call.median()
-    lean_ms, hf_ms = draft[True], draft[False]
-    lines.append(f"draft ms per call, median: lean {lean_ms:.1f}, transformers {hf_ms:.1f}")
+        lines.append(f"{method}: off / on ms per token = {est}")
+    for on in (False, True):
+        est = ratio(wide[("autoregressive", on)] / wide[("speculative", on)])
+        lines.append(f"speculative speedup, switch {'on' if on else 'off'}: {est}")
+    draft = frame[frame.method == "speculative"].groupby("on").draft_ms_per_call.median()
+    lines.append(f"draft ms per call, median: on {draft[True]:.1f}, off {draft[False]:.1f}")
     return "\n".join(lines)
 
 
@@ -100,17 +101,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--flag", default="lean_decode", choices=FLAGS, help="the switch")
     parser.add_argument("--setting", default="humaneval")
     parser.add_argument("--backend", default="cpu_bf16", help="cpu_avx2 on AVX2-only CPUs")
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, help="write the rows here (CSV) with provenance")
     args = parser.parse_args()
-    prep, pairs = load(args.setting, args.backend, args.prompts, args.tokens)
+    prep, pairs = load(args.setting, args.backend, args.prompts, args.tokens, args.flag)
     frame = run(prep, pairs, args.prompts, args.tokens)
     print(report(frame))
     if args.out:
-        frame.assign(**provenance("cpu")).to_csv(args.out, index=False)
+        frame.assign(flag=args.flag, **provenance("cpu")).to_csv(args.out, index=False)
 
 
 if __name__ == "__main__":

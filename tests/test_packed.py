@@ -1,0 +1,59 @@
+"""oneDNN-packed bf16 weights (specbench.kernels.PackedLinear): the same products, chosen only
+where oneDNN has native bf16 and no other CPU kernel is asked for."""
+
+import pytest
+import torch
+from torch import nn
+
+from specbench import SamplingParams, autoregressive_generate
+from specbench.config import BackendConfig, ModelConfig, TinySpec
+from specbench.kernels import PackedLinear, can_pack
+from specbench.models import load_model
+from specbench.tiny import byte_tokenizer
+
+NATIVE_BF16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+needs_bf16 = pytest.mark.skipif(not NATIVE_BF16, reason="oneDNN has no native bf16 on this CPU")
+TINY = ModelConfig(name="t", loader="tiny", tiny=TinySpec(family="qwen2", seed=0))
+BF16 = BackendConfig(name="cpu_bf16", dtype="bfloat16")
+
+
+@needs_bf16
+@pytest.mark.parametrize("rows", [1, 5, 40])
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_linear_gives_f_linear_products(rows, bias):
+    """Every width, with and without a bias: the packed layer's output is F.linear's."""
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 160, bias=bias).to(torch.bfloat16)
+    x = torch.randn(1, rows, 96, dtype=torch.bfloat16)  # (1, T, in)
+    packed = PackedLinear(linear)
+    assert (packed.in_features, packed.out_features) == (96, 160)
+    torch.testing.assert_close(packed(x), linear(x), rtol=0, atol=0)
+
+
+@needs_bf16
+def test_packed_model_decodes_the_same_greedy_tokens():
+    """A bf16 model loaded with packed weights: every linear packed (a tied embedding kept),
+    greedy tokens identical to the plain load."""
+    ids = byte_tokenizer()("def add(a, b):\n    return", return_tensors="pt").input_ids
+    plain = load_model(TINY, BackendConfig(name="cpu_bf16", dtype="bfloat16", pack_weights=False))
+    packed = load_model(TINY, BF16)
+    assert not any(isinstance(m, PackedLinear) for m in plain.modules())
+    assert not any(type(m) is nn.Linear for m in packed.modules())
+    assert packed.get_input_embeddings().weight.dtype == torch.bfloat16
+    outs = []
+    for model in (plain, packed):
+        gen = torch.Generator().manual_seed(0)
+        greedy = SamplingParams(temperature=0.0)
+        res = autoregressive_generate(model, ids, max_new_tokens=24, sampling=greedy, generator=gen)
+        outs.append(res.tokens)
+    assert outs[0] == outs[1]
+
+
+def test_packing_only_where_asked_and_nothing_else_chosen():
+    """Not in float32, not beside the row kernel, fp32 prompts or compile, not when off."""
+    assert can_pack(BF16) == NATIVE_BF16
+    assert not can_pack(BackendConfig(name="cpu"))
+    assert not can_pack(BackendConfig(name="cpu_bf16", dtype="bfloat16", pack_weights=False))
+    assert not can_pack(BackendConfig(name="cpu_bf16", dtype="bfloat16", prompt_fp32=True))
+    avx2 = BackendConfig(name="cpu_avx2", dtype="bfloat16", rows_kernel=True, prompt_fp32=True)
+    assert not can_pack(avx2)
