@@ -1,6 +1,7 @@
 """oneDNN-packed bf16 weights (specbench.kernels.PackedLinear): the same products, chosen only
 where oneDNN has native bf16 and no other CPU kernel is asked for."""
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -57,3 +58,20 @@ def test_packing_only_where_asked_and_nothing_else_chosen():
     assert not can_pack(BackendConfig(name="cpu_bf16", dtype="bfloat16", prompt_fp32=True))
     avx2 = BackendConfig(name="cpu_avx2", dtype="bfloat16", rows_kernel=True, prompt_fp32=True)
     assert not can_pack(avx2)
+
+
+def test_packed_rows_never_pair_with_unpacked_ones():
+    """A speculative row with packed weights has no baseline among unpacked rows (older rows
+    read as unpacked): pairing keys on `pack_weights`."""
+    from specbench import stats
+
+    common = {"job": "j", "prompt_id": "p", "repeat": 0, "seed": 1, "task": "t", "sampling": "s"}
+    rows = [
+        {**common, "method": "autoregressive", "paired_with": "", "k": 0, "pack_weights": False,
+         "ms_per_token": 100.0},
+        {**common, "method": "speculative", "paired_with": "autoregressive", "k": 4,
+         "pack_weights": True, "ms_per_token": 50.0},
+    ]  # fmt: skip
+    assert stats.paired_runs(pd.DataFrame(rows)).empty
+    rows[0]["pack_weights"] = True
+    assert len(stats.paired_runs(pd.DataFrame(rows))) == 1
