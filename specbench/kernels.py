@@ -154,9 +154,7 @@ def pack_linears(model: nn.Module) -> nn.Module:
         if type(module) is nn.Linear and module.weight.dtype == torch.bfloat16
     ]
     for name, module in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, PackedLinear(module))
+        model.set_submodule(name, PackedLinear(module))
     return model
 
 
@@ -174,9 +172,7 @@ def cpu_linears(model: nn.Module, prompt_fp32: bool, rows_kernel: bool) -> nn.Mo
         if isinstance(module, nn.Linear | WeightOnly)
     ]
     for name, module in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, CpuLinear(module, prompt_fp32, rows_kernel))
+        model.set_submodule(name, CpuLinear(module, prompt_fp32, rows_kernel))
     return model
 
 

@@ -129,7 +129,5 @@ def quantize_linears(model: nn.Module, mode: str, rows_kernel: bool = False) -> 
         if isinstance(module, nn.Linear) and quantizable(module, mode)
     ]
     for name, module in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, layer(module))
+        model.set_submodule(name, layer(module))
     return model
