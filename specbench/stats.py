@@ -294,6 +294,19 @@ def bootstrap_ci(
     return (float(low), float(high))
 
 
+BOOTSTRAP = "95% percentile bootstrap over prompts"
+
+
+def prompt_interval(values: ArrayLike, groups: ArrayLike) -> tuple[float, float, str]:
+    """(low, high, label) of the mean of `values` grouped by prompt: a bootstrap interval that
+    resamples prompts, or under MIN_INTERVAL_PROMPTS prompts the range of per-prompt means."""
+    frame = pd.DataFrame({"value": np.asarray(values, dtype=float), "group": np.asarray(groups)})
+    per_prompt = frame.dropna().groupby("group").value.mean()
+    if len(per_prompt) < MIN_INTERVAL_PROMPTS:
+        return float(per_prompt.min()), float(per_prompt.max()), RANGE
+    return (*bootstrap_ci(frame.value, np.mean, groups=frame.group), BOOTSTRAP)
+
+
 def wilson_interval(successes: int, n: int, level: float = LEVEL) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion; (nan, nan) for n = 0."""
     if n == 0:

@@ -615,3 +615,13 @@ def test_caption_names_every_commit_the_rows_come_from():
     frame = synthetic_records()
     frame.loc[frame.index[:3], "git_sha"] = "fedcba9876543210"
     assert "git 01234567, fedcba98 |" in figures.caption(frame) + " |"
+
+
+def test_quality_brackets_are_ranges_under_ten_prompts():
+    """Under 10 prompts a quality bracket is the range of per-prompt means and says so; from
+    10 on it is the bootstrap over prompts."""
+    few = stats.prompt_interval([0.1, 0.3, 0.2, 0.6, 0.5], ["a", "a", "b", "b", "c"])
+    assert few == (0.2, 0.5, stats.RANGE)
+    values = np.linspace(0, 1, 24)
+    low, high, label = stats.prompt_interval(values, np.repeat(np.arange(12), 2))
+    assert label == stats.BOOTSTRAP and low < values.mean() < high

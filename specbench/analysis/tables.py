@@ -29,13 +29,15 @@ def quality_metric(frame: pd.DataFrame) -> str | None:
 
 
 def _quality(frame: pd.DataFrame, metric: str | None) -> dict:
-    """Mean quality with a percentile-bootstrap CI that resamples prompts."""
+    """Mean quality with a bootstrap CI over prompts (the range under 10 prompts)."""
     if metric is None:
-        return {"metric": None, "quality": np.nan, "quality_low": np.nan, "quality_high": np.nan}
+        return {"metric": None, "quality": np.nan, "quality_low": np.nan, "quality_high": np.nan,
+                "quality_interval": ""}  # fmt: skip
     rows = frame[frame[metric].notna()]
-    low, high = stats.bootstrap_ci(rows[metric], np.mean, groups=rows.prompt_id)
+    low, high, label = stats.prompt_interval(rows[metric], rows.prompt_id)
     value = float(rows[metric].mean())
-    return {"metric": METRICS[metric], "quality": value, "quality_low": low, "quality_high": high}
+    return {"metric": METRICS[metric], "quality": value, "quality_low": low, "quality_high": high,
+            "quality_interval": label}  # fmt: skip
 
 
 def paired_test(diffs: pd.DataFrame, metric: str) -> tuple[str, float]:
@@ -61,13 +63,13 @@ def quality_comparison(runs: pd.DataFrame, metric: str | None) -> dict:
     if pairs.empty:
         return empty | {"test": None, "p_value": np.nan}
     pairs["diff_"] = pairs[metric] - pairs[f"base_{metric}"]
-    low, high = stats.bootstrap_ci(pairs.diff_, np.mean, groups=pairs.prompt_id)
+    low, high, label = stats.prompt_interval(pairs.diff_, pairs.prompt_id)
     test, p = paired_test(pairs, metric)
     diff = float(pairs.diff_.mean())
     per_prompt = pairs.groupby("prompt_id").diff_.mean()
     detectable = stats.detectable_difference(float(per_prompt.std(ddof=1)), len(per_prompt))
     interval = {"quality_diff": diff, "quality_diff_low": low, "quality_diff_high": high,
-                "quality_detectable": detectable}  # fmt: skip
+                "quality_diff_interval": label, "quality_detectable": detectable}  # fmt: skip
     return interval | {"test": test, "p_value": p}
 
 
@@ -123,6 +125,11 @@ def _interval(value: float, low: float, high: float, fmt: str, sign: bool = Fals
     return f"{value:{plus}{fmt}} [{low:{plus}{fmt}}, {high:{plus}{fmt}}]"
 
 
+def _range(label: object) -> str:
+    """' range' after a bracket that is the range over prompts (n < 10), else nothing."""
+    return " range" if label == stats.RANGE else ""
+
+
 def format_table1(table: pd.DataFrame) -> pd.DataFrame:
     """Table 1 as display strings: one 'value [95% CI]' cell per quantity."""
     out = pd.DataFrame()
@@ -134,20 +141,25 @@ def format_table1(table: pd.DataFrame) -> pd.DataFrame:
     )
     out["Task"], out["Sampling"], out["CPU"] = table.task, table.sampling, table.cpu_kind
     out["Metric"] = table.metric.fillna("")
-    q = table[["quality", "quality_low", "quality_high"]].itertuples(index=False)
-    out["Quality [95% CI]"] = [_interval(*r, ".3f") for r in q]
+    q = table.reindex(columns=["quality", "quality_low", "quality_high", "quality_interval"])
+    out["Quality [95% CI; range if n < 10]"] = [
+        _interval(*r[:3], ".3f") + _range(r[3]) for r in q.itertuples(index=False)
+    ]
     out["ms/token (median)"] = table.ms_per_token.map("{:.2f}".format)
     s = table.get("speedup", pd.Series(np.nan, index=table.index))
     ci = zip(s, table.get("speedup_low", s), table.get("speedup_high", s), strict=True)
     method = table.get("speedup_interval", pd.Series("", index=table.index)).fillna("")
     out["Speedup, geometric mean [95% t CI; range if n < 10]"] = [
-        _interval(*r, ".2f") + (" range" if m == stats.RANGE else "")
-        for r, m in zip(ci, method, strict=True)
+        _interval(*r, ".2f") + _range(m) for r, m in zip(ci, method, strict=True)
     ]
     median = table.get("speedup_median", pd.Series(np.nan, index=table.index))
     out["Speedup, median"] = [("" if pd.isna(m) else f"{m:.2f}") for m in median]
-    d = table.reindex(columns=["quality_diff", "quality_diff_low", "quality_diff_high"])
-    out["Quality - baseline's [95% CI]"] = [_interval(*r, ".3f", True) for r in d.itertuples(False)]
+    d = table.reindex(
+        columns=["quality_diff", "quality_diff_low", "quality_diff_high", "quality_diff_interval"]
+    )
+    out["Quality - baseline's [95% CI; range if n < 10]"] = [
+        _interval(*r[:3], ".3f", True) + _range(r[3]) for r in d.itertuples(False)
+    ]
     detects = table.reindex(columns=["quality_detectable"]).quality_detectable
     out["Detectable quality difference (80% power)"] = [
         "" if pd.isna(d) else f"±{d:.3f}" for d in detects
