@@ -4,6 +4,7 @@
     python benchmarks/backend_ab.py --flag pack_weights   # oneDNN-packed vs plain bf16 linears
     python benchmarks/backend_ab.py --setting xsum_greedy --prompts 4 --tokens 128
     python benchmarks/backend_ab.py --backend cpu_avx2    # AVX2-only CPUs: the row kernels
+    python benchmarks/backend_ab.py --flag pack_weights --prefill --setting xsum_greedy
 
 One process, the paper regime's pair (bf16 1.5B target, int4 0.5B draft, `--backend`) loaded
 twice: once with `backend.<flag>=true`, once false (`lean_decode`: specbench.decoding.lean;
@@ -11,13 +12,16 @@ twice: once with `backend.<flag>=true`, once false (`lean_decode`: specbench.dec
 sampling (K = 4) with the switch on and off, the four runs in a rotating order on the same seed
 (fixed length, so each pair of runs decodes the same number of tokens). Prints per method the
 paired ratio off / on of ms per token (geometric mean over prompts, 95% t interval on log
-ratios, `specbench.stats`), and the speculative speedup over autoregressive either way. Writes
+ratios, `specbench.stats`), and the speculative speedup over autoregressive either way.
+--prefill times each model's prompt instead (one cached forward over the whole prompt, target and
+draft, switch on and off, rotating order, 3 calls each, median), paired per prompt. Writes
 nothing unless --out is given (rows as CSV; the column `on` is the switch).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +31,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench import stats
+from specbench.decoding.common import CachedLM
 from specbench.methods.registry import register_configs
 from specbench.models import load_model
 from specbench.prepare import generate, prepare
@@ -75,6 +80,50 @@ def run(prep, pairs, count: int, tokens: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@torch.inference_mode()
+def prefill_ms(model: torch.nn.Module, ids: torch.Tensor, calls: int = 3) -> float:
+    """Median ms of `calls` prompt forwards (keep = 1) into a fresh cache."""
+    times = []
+    for _ in range(calls):
+        lm, start = CachedLM(model), time.perf_counter()
+        lm.forward(ids, keep=1)
+        times.append(1e3 * (time.perf_counter() - start))
+    return float(np.median(times))
+
+
+def run_prefill(prep, pairs, count: int) -> pd.DataFrame:
+    """The first `count` prompts: target and draft prompt forwards, switch on / off, rotating
+    order, after one untimed warm-up of each on the first prompt."""
+    variants = [(on, role) for on in (True, False) for role in (0, 1)]  # 0 target, 1 draft
+    encoded = [prep.tokenizer(p.text, return_tensors="pt").input_ids for p in prep.prompts[:count]]
+    for on, role in variants:
+        prefill_ms(pairs[on][role], encoded[0], calls=1)
+    rows = []
+    for index, (prompt, ids) in enumerate(zip(prep.prompts[:count], encoded, strict=True)):
+        for on, role in variants[index % 4 :] + variants[: index % 4]:
+            ms = prefill_ms(pairs[on][role], ids)
+            name = ("target", "draft")[role]
+            rows.append({"prompt_id": prompt.id, "on": on, "method": name,
+                         "prompt_tokens": ids.shape[1], "prefill_ms": ms})  # fmt: skip
+            print(
+                f"{prompt.id} ({ids.shape[1]} tokens) {'on' if on else 'off'} {name}: {ms:.0f} ms"
+            )
+    return pd.DataFrame(rows)
+
+
+def report_prefill(frame: pd.DataFrame) -> str:
+    """Paired off / on prefill ratios per model, with the median ms either way."""
+    wide = frame.pivot_table(index="prompt_id", columns=["method", "on"], values="prefill_ms")
+    lines = [
+        f"n = {len(wide)} prompts, {frame.prompt_tokens.min()}-{frame.prompt_tokens.max()} tokens"
+    ]
+    for model in ("target", "draft"):
+        off, on = wide[(model, False)], wide[(model, True)]
+        lines.append(f"{model} prefill: off / on = {ratio(off / on)}; median ms off "
+                     f"{off.median():.0f}, on {on.median():.0f}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def ratio(values: pd.Series) -> str:
     """Geometric mean of per-prompt ratios with its labelled interval (`stats.ratio_interval`)."""
     r = stats.ratio_interval(np.log(values))
@@ -106,11 +155,16 @@ def main() -> None:
     parser.add_argument("--backend", default="cpu_bf16", help="cpu_avx2 on AVX2-only CPUs")
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--prefill", action="store_true", help="time prompt forwards only")
     parser.add_argument("--out", type=Path, help="write the rows here (CSV) with provenance")
     args = parser.parse_args()
     prep, pairs = load(args.setting, args.backend, args.prompts, args.tokens, args.flag)
-    frame = run(prep, pairs, args.prompts, args.tokens)
-    print(report(frame))
+    if args.prefill:
+        frame = run_prefill(prep, pairs, args.prompts)
+        print(report_prefill(frame))
+    else:
+        frame = run(prep, pairs, args.prompts, args.tokens)
+        print(report(frame))
     if args.out:
         frame.assign(flag=args.flag, **provenance("cpu")).to_csv(args.out, index=False)
 

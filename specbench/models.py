@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .config import BackendConfig, ConfigError, ModelConfig
-from .decoding.lean import disable_lean
+from .decoding.lean import disable_lean, lean_forward
 from .draft_vocab import narrow_vocab
 from .kernels import can_pack, cpu_linears, pack_linears
 from .packaged import PACKAGED, locate_parts, lookup, materialize
@@ -168,8 +168,11 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
         model = narrow_vocab(model, tokenizer, cfg.draft_vocab)
     model = quantize_linears(model, cfg.quantize, backend.rows_kernel)
     model = cpu_linears(model, backend.prompt_fp32, backend.rows_kernel).eval()
-    model = pack_linears(model) if can_pack(backend) else model
-    return model if backend.lean_decode else disable_lean(model)
+    model = model if backend.lean_decode else disable_lean(model)
+    if can_pack(backend):
+        lean_forward(model)  # fuses int4 projections from the float weights packing moves
+        model = pack_linears(model)
+    return model
 
 
 def check_tokenizers(target_tok: Any, draft_tok: Any) -> int:

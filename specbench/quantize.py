@@ -31,10 +31,15 @@ class WeightOnly(nn.Module):
         self.register_buffer("dense", linear.weight.detach())
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        # A faster layer over the same float weight and bias for prompts, set by
+        # kernels.pack_linears (which then drops `dense`); None: F.linear on `dense`.
+        self.prompt: nn.Module | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).contiguous()  # [tokens, in]
         if flat.shape[0] > DENSE_TOKENS:
+            if self.prompt is not None:
+                return self.prompt(x)
             return nn.functional.linear(x, self.dense, self.bias)
         out = self._int_forward(flat).reshape(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias

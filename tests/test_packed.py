@@ -26,7 +26,7 @@ def test_packed_linear_gives_f_linear_products(rows, bias):
     torch.manual_seed(0)
     linear = nn.Linear(96, 160, bias=bias).to(torch.bfloat16)
     x = torch.randn(1, rows, 96, dtype=torch.bfloat16)  # (1, T, in)
-    packed = PackedLinear(linear)
+    packed = PackedLinear(linear.weight, linear.bias)
     assert (packed.in_features, packed.out_features) == (96, 160)
     torch.testing.assert_close(packed(x), linear(x), rtol=0, atol=0)
 
@@ -41,11 +41,40 @@ def test_packed_model_decodes_the_same_greedy_tokens():
     assert not any(isinstance(m, PackedLinear) for m in plain.modules())
     assert not any(type(m) is nn.Linear for m in packed.modules())
     assert packed.get_input_embeddings().weight.dtype == torch.bfloat16
+    seen = []  # the lean forward, built before packing, runs the packed head
+    packed.get_output_embeddings().register_forward_hook(lambda *args: seen.append(1))
     outs = []
     for model in (plain, packed):
         gen = torch.Generator().manual_seed(0)
         greedy = SamplingParams(temperature=0.0)
         res = autoregressive_generate(model, ids, max_new_tokens=24, sampling=greedy, generator=gen)
+        outs.append(res.tokens)
+    assert outs[0] == outs[1] and len(seen) == 24
+
+
+@needs_bf16
+def test_int4_model_prefills_on_packed_float_weights():
+    """An int4 bf16 model loaded packed: every weight-only layer's prompt weight is packed (its
+    plain copy dropped), q/k/v and gate/up still fused for decode, and prompt logits and greedy
+    tokens equal to the plain load's."""
+    from specbench.decoding.common import CachedLM
+    from specbench.decoding.lean import lean_forward
+    from specbench.quantize import WeightOnly
+
+    int4 = ModelConfig(name="q", loader="tiny", quantize="int4",
+                       tiny=TinySpec(family="qwen2", hidden=64, seed=0))  # fmt: skip
+    ids = byte_tokenizer()("def add(a, b):\n    return a", return_tensors="pt").input_ids
+    plain = load_model(int4, BackendConfig(name="cpu_bf16", dtype="bfloat16", pack_weights=False))
+    packed = load_model(int4, BF16)
+    layers = [m for m in packed.modules() if isinstance(m, WeightOnly) and m.prompt is not None]
+    assert layers and all(m.dense.numel() == 0 for m in layers)
+    assert all(part is not None for part in lean_forward(packed).qkv)
+    prompt = [CachedLM(model).forward(ids, keep=ids.shape[1]) for model in (plain, packed)]
+    torch.testing.assert_close(prompt[1], prompt[0], rtol=0, atol=0)
+    outs = []
+    for model in (plain, packed):
+        greedy, gen = SamplingParams(temperature=0.0), torch.Generator().manual_seed(0)
+        res = autoregressive_generate(model, ids, max_new_tokens=16, sampling=greedy, generator=gen)
         outs.append(res.tokens)
     assert outs[0] == outs[1]
 

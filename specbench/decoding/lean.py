@@ -65,10 +65,11 @@ class FusedWeightOnly(nn.Module):
 
 
 def fused(parts: list[nn.Module]) -> FusedWeightOnly | None:
-    """One fused layer when every part is the same weight-only kind, else None."""
+    """One fused layer when every part is the same weight-only kind and still holds its float
+    weight (packing moves it: `models.load_model` builds the lean forward first), else None."""
     kinds = {type(p) for p in parts}
     if len(kinds) == 1 and issubclass(kinds.pop(), WeightOnly):
-        return FusedWeightOnly(parts)
+        return FusedWeightOnly(parts) if all(p.dense.numel() for p in parts) else None
     return None
 
 
@@ -114,8 +115,8 @@ class LeanForward:
         reason = lean_reason(model)
         if reason is not None:
             raise ValueError(f"no lean forward for this model: {reason}")
-        self.core = model.model
-        self.head = model.get_output_embeddings()
+        self.model, self.core = model, model.model  # the head is looked up per call: layers
+        # may be swapped after this is built (kernels.pack_linears)
         config = model.config
         attn = self.core.layers[0].self_attn
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -150,7 +151,7 @@ class LeanForward:
             x = x + self._attention(i, layer, layer.input_layernorm(x), cos, sin, cache, mask)
             x = x + self._mlp(i, layer.mlp, layer.post_attention_layernorm(x))
         cache.length = start + new
-        return self.head(self.core.norm(x[:, -keep:]))
+        return self.model.get_output_embeddings()(self.core.norm(x[:, -keep:]))
 
     def _attention(self, i, layer, h, cos, sin, cache: LeanCache, mask) -> torch.Tensor:
         """(1, T, hidden) normed input -> (1, T, hidden) attention output of layer i."""
