@@ -21,7 +21,6 @@ nothing unless --out is given (rows as CSV; the column `on` is the switch).
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench import stats
-from specbench.decoding.common import CachedLM
+from specbench.calibrate import prefill_ms
 from specbench.methods.registry import register_configs
 from specbench.models import load_model
 from specbench.prepare import generate, prepare
@@ -80,15 +79,9 @@ def run(prep, pairs, count: int, tokens: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@torch.inference_mode()
-def prefill_ms(model: torch.nn.Module, ids: torch.Tensor, calls: int = 3) -> float:
-    """Median ms of `calls` prompt forwards (keep = 1) into a fresh cache."""
-    times = []
-    for _ in range(calls):
-        lm, start = CachedLM(model), time.perf_counter()
-        lm.forward(ids, keep=1)
-        times.append(1e3 * (time.perf_counter() - start))
-    return float(np.median(times))
+def median_prefill_ms(model: torch.nn.Module, ids: torch.Tensor, calls: int = 3) -> float:
+    """Median of `calls` prompt forwards into a fresh cache (calibrate.prefill_ms)."""
+    return float(np.median([prefill_ms(model, ids) for _ in range(calls)]))
 
 
 def run_prefill(prep, pairs, count: int) -> pd.DataFrame:
@@ -97,11 +90,11 @@ def run_prefill(prep, pairs, count: int) -> pd.DataFrame:
     variants = [(on, role) for on in (True, False) for role in (0, 1)]  # 0 target, 1 draft
     encoded = [prep.tokenizer(p.text, return_tensors="pt").input_ids for p in prep.prompts[:count]]
     for on, role in variants:
-        prefill_ms(pairs[on][role], encoded[0], calls=1)
+        prefill_ms(pairs[on][role], encoded[0])
     rows = []
     for index, (prompt, ids) in enumerate(zip(prep.prompts[:count], encoded, strict=True)):
         for on, role in variants[index % 4 :] + variants[: index % 4]:
-            ms = prefill_ms(pairs[on][role], ids)
+            ms = median_prefill_ms(pairs[on][role], ids)
             name = ("target", "draft")[role]
             rows.append({"prompt_id": prompt.id, "on": on, "method": name,
                          "prompt_tokens": ids.shape[1], "prefill_ms": ms})  # fmt: skip
