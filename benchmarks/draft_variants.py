@@ -39,11 +39,13 @@ from specbench.sampling import expected_acceptance, logits_to_probs, next_token
 CONF = Path(__file__).resolve().parents[1] / "conf"
 VARIANTS = {  # name -> the draft ModelConfig fields it sets (all of them: the experiments'
     # default draft is already a variant, so nothing may be inherited from it)
-    "bf16": {"quantize": "none", "draft_vocab": None},
-    "int8": {"quantize": "int8", "draft_vocab": None},
-    "int4": {"quantize": "int4", "draft_vocab": None},
-    "int4+vocab64k": {"quantize": "int4", "draft_vocab": 65536},
-    "int4+vocab32k": {"quantize": "int4", "draft_vocab": 32768},
+    "bf16": {"quantize": "none", "quantize_group": 32, "draft_vocab": None},
+    "int8": {"quantize": "int8", "quantize_group": 32, "draft_vocab": None},
+    "int4": {"quantize": "int4", "quantize_group": 32, "draft_vocab": None},
+    "int4+vocab64k": {"quantize": "int4", "quantize_group": 32, "draft_vocab": 65536},
+    "int4+vocab32k": {"quantize": "int4", "quantize_group": 32, "draft_vocab": 32768},
+    "int4g128": {"quantize": "int4", "quantize_group": 128, "draft_vocab": None},
+    "int4g128+vocab64k": {"quantize": "int4", "quantize_group": 128, "draft_vocab": 65536},
 }
 COMPILED = ("int4",)  # variants also timed compiled (static cache + torch.compile), with the target
 STATIC_LEN = 1024  # static cache positions for the compiled steps

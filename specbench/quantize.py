@@ -16,7 +16,7 @@ from torch import nn
 from .config import QUANTIZE
 from .cpu_gemm import int4_linear, load_kernel, pack_nibbles
 
-INT4_GROUP = 32  # weights per (scale, zero) pair: the GGUF Q4_K grid's block size
+INT4_GROUP = 32  # default weights per (scale, zero) pair: the GGUF Q4_K grid's block size
 # Calls with more tokens than this (a prompt's prefill) run on the float weights: the int kernels
 # are batch-1 kernels, 2.5x slower than a bf16 GEMM at 1024 tokens (4.7x faster at one token).
 DENSE_TOKENS = 8
@@ -47,6 +47,10 @@ class WeightOnly(nn.Module):
     def _int_forward(self, flat: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def like(self, linear: nn.Linear) -> WeightOnly:
+        """`linear` quantized the way this layer is (same class and settings)."""
+        return type(self)(linear)
+
 
 class Int8Linear(WeightOnly):
     """y = x @ (int8 weight * per-output-channel scale)^T + bias (aten._weight_int8pack_mm)."""
@@ -76,13 +80,16 @@ def int4_grid(weight: torch.Tensor, group: int = INT4_GROUP) -> tuple[torch.Tens
 
 
 class Int4Linear(WeightOnly):
-    """Group-wise asymmetric 4-bit weights, groups of INT4_GROUP inputs
-    (aten._weight_int4pack_mm_for_cpu); w ~= (q - 8) * scale + zero per group."""
+    """Group-wise asymmetric 4-bit weights, groups of `group` inputs (32, 64, 128 or 256;
+    aten._weight_int4pack_mm_for_cpu); w ~= (q - 8) * scale + zero per group."""
 
     def __init__(self, linear: nn.Linear, group: int = INT4_GROUP) -> None:
         super().__init__(linear)
         self.group = group
         self.pack(*int4_grid(linear.weight, group))
+
+    def like(self, linear: nn.Linear) -> Int4Linear:
+        return type(self)(linear, self.group)
 
     def pack(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
         """Store the codes and their (scale, zero) pairs in the kernel's layout."""
@@ -112,27 +119,33 @@ class Int4RowsLinear(Int4Linear):
         return int4_linear(flat.float(), self.weight, self.scale, self.low).to(flat.dtype)
 
 
-def quantizable(linear: nn.Linear, mode: str) -> bool:
+def quantizable(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> bool:
     """Whether the kernel takes this layer's shape (int4: whole input groups, outputs by 16)."""
-    return mode == "int8" or (
-        linear.in_features % INT4_GROUP == 0 and linear.out_features % 16 == 0
-    )
+    return mode == "int8" or (linear.in_features % group == 0 and linear.out_features % 16 == 0)
 
 
-def quantize_linears(model: nn.Module, mode: str, rows_kernel: bool = False) -> nn.Module:
+def quantize_linears(
+    model: nn.Module, mode: str, rows_kernel: bool = False, group: int = INT4_GROUP
+) -> nn.Module:
     """Swap every nn.Linear of a CPU model for its weight-only `mode` version, in place
     (a layer whose shape the int4 kernel does not take stays as it is); rows_kernel: int4 on
-    specbench's AVX2 row kernel instead of torch's."""
+    specbench's AVX2 row kernel instead of torch's (groups of 32 only); group: int4 inputs per
+    (scale, zero) pair."""
     if mode == "none":
         return model
     if mode not in QUANTIZE:
         raise ValueError(f"quantize must be one of {QUANTIZE}, got {mode!r}")
-    layer = Int8Linear if mode == "int8" else Int4RowsLinear if rows_kernel else Int4Linear
+    if rows_kernel and mode == "int4" and group != INT4_GROUP:
+        raise ValueError(f"the int4 row kernel takes groups of {INT4_GROUP}, got {group}")
     targets = [
         (name, module)
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and quantizable(module, mode)
+        if isinstance(module, nn.Linear) and quantizable(module, mode, group)
     ]
     for name, module in targets:
-        model.set_submodule(name, layer(module))
+        if mode == "int8":
+            model.set_submodule(name, Int8Linear(module))
+        else:
+            layer = Int4RowsLinear if rows_kernel else Int4Linear
+            model.set_submodule(name, layer(module, group))
     return model

@@ -9,11 +9,13 @@ from test_exactness import PROMPT, M, V, exact_joint
 
 from specbench import SamplingParams, autoregressive_generate, speculative_generate
 from specbench.config import BackendConfig, ConfigError, ModelConfig, TinySpec
+from specbench.decoding.lean import LeanForward
 from specbench.models import load_model
 from specbench.quantize import (
     DENSE_TOKENS,
     Int4Linear,
     Int8Linear,
+    int4_grid,
     quantizable,
     quantize_linears,
 )
@@ -102,3 +104,37 @@ def test_prefill_runs_on_the_float_weights_and_decode_on_the_int_kernel(layer):
     assert torch.equal(quantized(prefill), linear(prefill))  # the float path, bit for bit
     step = prefill[:, :DENSE_TOKENS]
     assert not torch.equal(quantized(step), linear(step))  # the int kernel: close, not equal
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_int4_group_size_matches_a_dequantized_reference(group):
+    torch.manual_seed(2)
+    linear = torch.nn.Linear(256, 64, bias=False).to(torch.bfloat16)
+    layer = Int4Linear(linear, group)
+    codes, scale, zero = int4_grid(linear.weight, group)  # scale, zero: (64, 256 / group)
+    weight = (codes.float() - 8) * scale.float().repeat_interleave(group, 1)
+    weight += zero.float().repeat_interleave(group, 1)  # the weight the kernel multiplies by
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    ref = x.float() @ weight.T
+    assert layer.scales_and_zeros.shape == (256 // group, 64, 2)
+    assert torch.allclose(layer(x).float(), ref, rtol=0.02, atol=0.05)
+
+
+def test_fused_projections_keep_the_group_size():
+    model = tiny_model("qwen2", seed=6, hidden=128, std=0.1).to(torch.bfloat16)
+    quantize_linears(model, "int4", group=128)
+    lean = LeanForward(model)
+    fused = [f.inner for f in lean.qkv + lean.gate_up]
+    assert fused and all(isinstance(f, Int4Linear) and f.group == 128 for f in fused)
+
+
+def test_quantize_group_is_a_model_config_knob():
+    cfg = ModelConfig(
+        name="d", loader="tiny", tiny=TinySpec(hidden=128), quantize="int4", quantize_group=128
+    )
+    model = load_model(cfg, BackendConfig())
+    assert {m.group for m in model.modules() if isinstance(m, Int4Linear)} == {128}
+    with pytest.raises(ConfigError, match="quantize_group must be one of"):
+        ModelConfig(name="d", loader="tiny", quantize="int4", quantize_group=48)
+    with pytest.raises(ValueError, match="row kernel takes groups of 32"):
+        quantize_linears(tiny_model("qwen2", hidden=128), "int4", rows_kernel=True, group=128)

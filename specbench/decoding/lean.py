@@ -47,7 +47,7 @@ class FusedWeightOnly(nn.Module):
         self.parts = nn.ModuleList(parts)
         stacked = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=False)
         stacked.weight = nn.Parameter(torch.cat([p.dense for p in parts]), requires_grad=False)
-        self.inner = type(parts[0])(stacked)
+        self.inner = parts[0].like(stacked)
         self.inner.dense = torch.empty(0)  # prefill uses the parts' own float weights
         has_bias = any(p.bias is not None for p in parts)
         biases = [p.dense.new_zeros(p.out_features) if p.bias is None else p.bias for p in parts]
