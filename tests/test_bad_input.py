@@ -35,6 +35,12 @@ CASES = [
     ("K = 0", ["decoder.k=0"], "decoder.k must be >= 1"),
     ("unknown quantize mode", ["draft.quantize=int3"], "quantize must be one of"),
     ("quantize off the CPU", ["draft.quantize=int8", "backend=cuda"], "runs on torch's CPU"),
+    ("int4 group of 48", ["draft.quantize=int4", "draft.quantize_group=48"], "one of (32, 64"),
+    (
+        "row kernel with groups of 128",
+        ["draft.quantize=int4", "draft.quantize_group=128", "backend=cpu_avx2"],
+        "row kernel takes groups of 32",
+    ),
     ("draft_vocab on the target", ["target.draft_vocab=64"], "on the target it would change"),
     ("draft_vocab of zero ids", ["draft.draft_vocab=0"], "draft_vocab must be >= 1"),
     ("negative temperature", ["sampling.temperature=-0.5"], "temperature must be >= 0"),
