@@ -182,6 +182,8 @@ def result_row(
         "new_tokens": res.num_tokens,
         "wall_s": res.wall_s,
         "ms_per_token": res.ms_per_token,
+        "first_s": res.first_s,  # time to first token (prefill)
+        "decode_ms_per_token": res.decode_ms_per_token,  # after it
         "target_calls": res.target_calls,
         "draft_calls": res.draft_calls,
         "accepted": sum(res.accepted),

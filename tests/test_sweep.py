@@ -45,6 +45,9 @@ def test_sweep_writes_tidy_records(smoke_sweep):
     assert set(spec.k) == {1, 2}
     ar = records[records.method == "autoregressive"]
     assert (ar.target_calls == ar.new_tokens).all() and (ar.draft_calls == 0).all()
+    assert records.first_s.between(0, records.wall_s).all()  # time to first token
+    longer = records[records.new_tokens > 1]
+    assert len(longer) and longer.decode_ms_per_token.gt(0).all()
     iters = pd.read_parquet(smoke_sweep / "iterations.parquet")
     per_run = iters.groupby(KEY).accepted.sum()
     assert (per_run == spec.set_index(KEY).accepted.reindex(per_run.index)).all()

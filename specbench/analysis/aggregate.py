@@ -70,7 +70,9 @@ def _costs(records: pd.DataFrame, key: dict, frame: pd.DataFrame) -> dict[str, f
 
 def summary(records: pd.DataFrame) -> pd.DataFrame:
     """One row per (condition, method, knobs): counts, times, loop ms, acceptance, alpha,
-    c and s(K) against the baseline, and the paired speedup with its labelled interval."""
+    c and s(K) against the baseline, and the paired speedup with its labelled interval (and,
+    where rows time the first emission, `decode_speedup*`: the same over ms per token after it,
+    the prompt's prefill excluded)."""
     records = normalize(records)
     keys = stats.group_keys(records)
     rows = []
@@ -79,6 +81,10 @@ def summary(records: pd.DataFrame) -> pd.DataFrame:
         rows.append(named | _group_stats(frame) | _costs(records, named, frame))
     table = pd.DataFrame(rows)
     speed = stats.speedups(records)
+    if len(speed) and records.get("decode_ms_per_token", pd.Series(dtype=float)).notna().any():
+        decode = stats.speedups(records, "decode_ms_per_token")  # prefill excluded
+        decode = decode.rename(columns=lambda c: f"decode_{c}" if c.startswith("speedup") else c)
+        speed = speed.merge(decode, on=keys, how="left")
     return table.merge(speed, on=keys, how="left") if len(speed) else table
 
 

@@ -84,6 +84,7 @@ def _row(mine: pd.DataFrame, key: dict, metric: str | None) -> dict:
 
 
 SPEEDUP = ["speedup", "speedup_low", "speedup_high", "speedup_median", "speedup_interval"]
+DECODE = [f"decode_{c}" for c in SPEEDUP]  # the same over ms per token after the first emission
 
 
 def _condition_rows(frame: pd.DataFrame, table: pd.DataFrame, key: dict) -> list[dict]:
@@ -98,7 +99,8 @@ def _condition_rows(frame: pd.DataFrame, table: pd.DataFrame, key: dict) -> list
     for knob, mine in methods.groupby(knobs, sort=True, dropna=False):
         named = key | dict(zip(knobs, knob, strict=True))
         found = table.loc[np.logical_and.reduce([table[c] == v for c, v in named.items()])]
-        speed = found.iloc[0][SPEEDUP].to_dict() if len(found) and "speedup" in found else {}
+        columns = [c for c in SPEEDUP + DECODE if c in found]
+        speed = found.iloc[0][columns].to_dict() if len(found) and "speedup" in found else {}
         runs = pd.concat([mine, frame[frame.method == named["paired_with"]]])
         rows.append(_row(mine, named, metric) | speed | quality_comparison(runs, metric))
     return rows
@@ -154,6 +156,11 @@ def format_table1(table: pd.DataFrame) -> pd.DataFrame:
     ]
     median = table.get("speedup_median", pd.Series(np.nan, index=table.index))
     out["Speedup, median"] = [("" if pd.isna(m) else f"{m:.2f}") for m in median]
+    if table.get("decode_speedup", pd.Series(dtype=float)).notna().any():
+        r = table[DECODE[:3]].itertuples(index=False)
+        out["Decode speedup, prefill excluded [95% t CI; range if n < 10]"] = [
+            _interval(*v, ".2f") + _range(m) for v, m in zip(r, table[DECODE[4]], strict=True)
+        ]
     d = table.reindex(
         columns=["quality_diff", "quality_diff_low", "quality_diff_high", "quality_diff_interval"]
     )

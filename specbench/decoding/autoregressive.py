@@ -43,6 +43,7 @@ def autoregressive_generate(
     pending = input_ids.to(device)  # (1, T): ids not yet in the cache
     tokens: list[int] = []
     stopped_by = "length"
+    first_s = float("nan")  # time to first token: the prompt's prefill and one sampled token
     while len(tokens) < max_new_tokens:
         logits = lm.forward(pending, keep=1)  # (1, 1, V)
         clock.lap("target")
@@ -51,6 +52,7 @@ def autoregressive_generate(
         tokens.append(int(pending))
         hit = stop.find(tokens, len(tokens) - 1) if stop else None
         clock.lap("overhead")
+        first_s = clock.total() if len(tokens) == 1 else first_s
         if hit:
             stopped_by = hit[1]
             break
@@ -61,4 +63,6 @@ def autoregressive_generate(
         target_s=clock.buckets.get("target", 0.0),
         overhead_s=clock.buckets.get("overhead", 0.0),
         stopped_by=stopped_by,
+        first_s=first_s,
+        first_tokens=1,
     )

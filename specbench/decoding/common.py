@@ -65,6 +65,10 @@ class GenerationResult:
     proposed: list[int] = field(default_factory=list)  # per iteration: drafts proposed (K)
     expected_acceptance: list[float] = field(default_factory=list)  # per tested position: beta
     stopped_by: str = "length"  # "length", "eos" or "stop_string"
+    # Time to first token: wall time until the first iteration's tokens were emitted (the
+    # prompt's prefill, with a drafter's prefill and first drafts), and how many it emitted.
+    first_s: float = float("nan")
+    first_tokens: int = 0
     # an external engine's own counters (llama.cpp): row columns, over those computed here
     engine: dict[str, Any] = field(default_factory=dict)
 
@@ -75,6 +79,17 @@ class GenerationResult:
     @property
     def ms_per_token(self) -> float:
         return 1e3 * self.wall_s / max(self.num_tokens, 1)
+
+    @property
+    def decode_ms_per_token(self) -> float:
+        """ms per token after the first emission (prefill excluded); NaN if nothing followed."""
+        after = self.num_tokens - self.first_tokens
+        return 1e3 * (self.wall_s - self.first_s) / after if after > 0 else float("nan")
+
+    def mark_first(self, clock_s: float, tokens: int) -> None:
+        """Record the first emission (time to first token) once: later calls keep it."""
+        if self.first_tokens == 0:
+            self.first_s, self.first_tokens = clock_s, tokens
 
     @property
     def acceptance_rate(self) -> float:

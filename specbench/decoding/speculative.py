@@ -193,6 +193,7 @@ def draft_and_verify(
         drafter.rollback(n - 1)
         stopped = emit(result, new, k_now, stop)
         clock.lap("overhead")
+        result.mark_first(clock.total(), len(result.tokens))
         if stopped:
             break
     result.expected_acceptance = torch.cat(betas).tolist()
