@@ -7,6 +7,12 @@ call so that both see the same machine state:
     python benchmarks/row_kernel.py            # the target's shapes, 2 threads
     python benchmarks/row_kernel.py --avx2     # torch held to its AVX2 kernels (AVX-512 CPUs)
     python benchmarks/row_kernel.py --int4     # the int4 draft's shapes: torch's int4 vs ours
+    python benchmarks/row_kernel.py --step     # every linear of one decode step, in order
+
+Per shape, the same weight is called again and again, so a shape that fits the CPU's cache
+(everything but lm_head) runs from cache. --step calls every layer of a whole step (28 layers of
+the target, 24 of the draft with q/k/v and gate/up fused, then lm_head) once per pass: the
+weights stream from memory, as in decoding.
 
 Target (issue 23): T(5)/T(1) <= 1.7 on the chosen kernel where eager bf16 has > 3. With --int4
 the "eager" column is torch's int4 kernel (`Int4Linear`), "kernel" specbench's (`Int4RowsLinear`).
@@ -28,6 +34,9 @@ SHAPES = {  # (out, in) of Qwen2.5-1.5B's linears; lm_head once per step
     "down_proj": (1536, 8960),
     "lm_head": (151936, 1536),
 }
+STEP = [(1536, 1536), (256, 1536), (256, 1536), (1536, 1536), (8960, 1536), (8960, 1536),
+        (1536, 8960)] * 28 + [(151936, 1536)]  # fmt: skip
+INT4_STEP = [(1152, 896), (896, 896), (9728, 896), (896, 4864)] * 24 + [(151936, 896)]
 INT4_SHAPES = {  # Qwen2.5-0.5B's, the int4 draft
     "q/o_proj": (896, 896),
     "gate/up_proj": (4864, 896),
@@ -76,6 +85,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--calls", type=int, default=15)
     parser.add_argument("--int4", action="store_true", help="the int4 draft's shapes and kernels")
+    parser.add_argument("--step", action="store_true", help="all of one step's linears per call")
     args = parser.parse_args()
     if args.avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
         from specbench.kernels import AVX2_ENV  # before torch is imported in the child
@@ -96,14 +106,17 @@ def main() -> None:
           f" {'eager T(M)/T(1)':>16} {'kernel T(M)/T(1)':>17}")  # fmt: skip
     gen = torch.Generator().manual_seed(0)
     shapes, widths = (INT4_SHAPES, INT4_ROWS) if args.int4 else (SHAPES, ROWS)
-    for name, (out_f, in_f) in shapes.items():
-        eager_fn, kernel_fn = layers(out_f, in_f, args.int4, gen)
+    runs = {name: [shape] for name, shape in shapes.items()}  # name -> the layers of one call
+    if args.step:
+        runs = {"step": INT4_STEP if args.int4 else STEP}
+    for name, layer_shapes in runs.items():
+        calls = [(layers(o, i, args.int4, gen), i) for o, i in layer_shapes]
         first = None
         for rows in widths:
-            x = torch.randn(rows, in_f, generator=gen).to(torch.bfloat16)
+            xs = {i: torch.randn(rows, i, generator=gen).to(torch.bfloat16) for _, i in calls}
             eager, kernel = timed_pair(
-                lambda: eager_fn(x),  # noqa: B023
-                lambda: kernel_fn(x),  # noqa: B023
+                lambda: [fns[0](xs[i]) for fns, i in calls],  # noqa: B023
+                lambda: [fns[1](xs[i]) for fns, i in calls],  # noqa: B023
                 args.calls,
             )
             first = first or (eager, kernel)

@@ -5,6 +5,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from specbench.config import BackendConfig, ModelConfig, TinySpec
+from specbench.cpu_gemm import unavailable
 from specbench.decoding.common import CachedLM
 from specbench.decoding.lean import (
     FusedWeightOnly,
@@ -12,7 +13,10 @@ from specbench.decoding.lean import (
     disable_lean,
     lean_forward,
     lean_reason,
+    small_attention,
 )
+from specbench.decoding.lean import fused as fused_layer
+from specbench.kernels import cpu_linears
 from specbench.models import load_model
 from specbench.quantize import DENSE_TOKENS, quantize_linears
 from specbench.tiny import byte_tokenizer, tiny_model
@@ -55,16 +59,43 @@ def test_lean_cache_grows_and_keeps_what_it_held():
     assert torch.equal(keys[:, :, :10], first) and torch.equal(values[:, :, 10:], -more)
 
 
-def test_fused_int4_projections_match_the_separate_layers():
+@pytest.mark.parametrize("rows_kernel", [False, True])
+def test_fused_int4_projections_match_the_separate_layers(rows_kernel):
     """q/k/v as one int4 matmul: the same outputs as the three int4 layers at decode widths;
-    a prompt-width call goes through the separate layers' float weights."""
-    model = quantize_linears(tiny_model("qwen2", seed=1, hidden=64), "int4")
+    a prompt-width call goes through the separate layers' float weights. Layers wrapped in a
+    CpuLinear (backend cpu_avx2: the int4 row kernel, fp32 prompts) fuse the same way."""
+    if rows_kernel and unavailable() is not None:
+        pytest.skip(str(unavailable()))
+    model = quantize_linears(tiny_model("qwen2", seed=1, hidden=64), "int4", rows_kernel)
+    model = cpu_linears(model, prompt_fp32=rows_kernel, rows_kernel=rows_kernel)
     attn = model.model.layers[0].self_attn
-    fused = FusedWeightOnly([attn.q_proj, attn.k_proj, attn.v_proj])
+    fused = fused_layer([attn.q_proj, attn.k_proj, attn.v_proj])
+    assert isinstance(fused, FusedWeightOnly)
     for tokens in (1, 3, DENSE_TOKENS + 1):
         x = torch.randn(1, tokens, 64)
         for got, layer in zip(fused(x), (attn.q_proj, attn.k_proj, attn.v_proj), strict=True):
             torch.testing.assert_close(got, layer(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask", [None, "causal", "additive"])
+def test_small_attention_is_sdpa(mask):
+    """Decode widths: grouped query heads against their kv head, as SDPA computes it, for one
+    token, a causal block of new tokens and a token tree's additive mask."""
+    gen = torch.Generator().manual_seed(0)
+    new, length = (1, 11) if mask is None else (4, 11)
+    q = torch.randn(1, 6, new, 8, generator=gen).bfloat16()
+    keys, values = (torch.randn(1, 2, length, 8, generator=gen).bfloat16() for _ in range(2))
+    attend = torch.ones(new, length, dtype=torch.bool).tril(diagonal=length - new)
+    if mask == "additive":
+        attend[2, 8] = False  # a tree: query 2 does not see new token 1
+    masks = {None: None, "causal": attend, "additive": torch.zeros(1, 1, new, length)}
+    if mask == "additive":
+        masks["additive"].masked_fill_(~attend, float("-inf"))
+    got = small_attention(q, keys, values, 0.3, masks[mask])
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), keys.float(), values.float(), masks[mask], scale=0.3, enable_gqa=True
+    )
+    torch.testing.assert_close(got, want.bfloat16())
 
 
 def test_int4_draft_greedy_decode_equals_transformers_path():

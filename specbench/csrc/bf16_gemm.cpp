@@ -1,12 +1,15 @@
 // y = x @ w.T (+ bias) for a few rows of x and a bf16 or int4 weight, with AVX2 + FMA (issue 23).
 //
 // On CPUs without native bf16 dot products, eager bf16 GEMMs are compute-bound from two rows
-// on. This kernel widens each 8-element block of a weight row to fp32 once and multiplies it
-// into every row of x (fp32) in registers, so M rows read the weight once: memory-bound like a
-// single row. Each output is the same 8-lane fp32 accumulation in the same order for any M, so
-// the result for a row does not depend on how many rows are in the call (batch invariant).
-// int4_linear does the same for group-quantized 4-bit weights (the int4 draft), where torch's
-// own int4 kernel is compute-bound on AVX2 (~5 GB/s of weights).
+// on. This kernel widens each 16-element block of a weight row to fp32 once (its even and odd
+// elements, a shift and a mask: no shuffle) and multiplies it into every row of x (fp32,
+// rearranged to match) in registers, so M rows read the weight once. The weight is prefetched
+// PREFETCH elements ahead: without it a step's weights streamed from memory well below its rate
+// (results/row_kernel_avx2_restricted_zen5). Each output is the same
+// two 8-lane fp32 accumulations in the same order for any M, so the result for a row does not
+// depend on how many rows are in the call (batch invariant). int4_linear does the same for
+// group-quantized 4-bit weights (the int4 draft), where torch's own int4 kernel is
+// compute-bound on AVX2 (~5 GB/s of weights).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -20,12 +23,6 @@
 #include <vector>
 
 namespace {
-
-inline __m256 load_bf16(const uint16_t* p) {
-  // 8 bf16 -> 8 fp32: zero-extend to 32 bits and shift into the high half
-  __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -41,39 +38,76 @@ inline float bf16_to_float(uint16_t v) {
   return out;
 }
 
-// R weight rows (n .. n+R) times MR rows of x (m0 ..): y[m, n + r]
+// 16 bf16 -> their even elements (0, 2, .., 14) and odd ones (1, 3, .., 15) as fp32, without a
+// shuffle: each 32-bit lane holds an even bf16 in its low half and an odd one in its high half.
+inline void load_bf16_pairs(const uint16_t* p, __m256& even, __m256& odd) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+}
+
+// x (M, K) -> the same rows with each whole 16-block split into its even then odd elements,
+// matching load_bf16_pairs; a K tail (K % 16) stays in place.
+std::vector<float> split_even_odd(const float* x, int64_t M, int64_t K) {
+  std::vector<float> out(M * K);
+  const int64_t K16 = K & ~int64_t(15);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* src = x + m * K;
+    float* dst = out.data() + m * K;
+    for (int64_t k = 0; k < K16; k += 16)
+      for (int j = 0; j < 8; ++j) dst[k + j] = src[k + 2 * j], dst[k + 8 + j] = src[k + 2 * j + 1];
+    for (int64_t k = K16; k < K; ++k) dst[k] = src[k];
+  }
+  return out;
+}
+
+constexpr int64_t PREFETCH = 4096;  // bf16 elements ahead of the load
+
+// R weight rows (n .. n+R) times MR rows of split x (m0 ..): y[m, n + r]. Each output keeps two
+// 8-lane accumulators (even and odd elements), summed in the same order for any R and MR.
 template <int R, int MR>
 void block(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N, int64_t n,
            int64_t m0) {
-  __m256 acc[R][MR];
+  __m256 acc[R][MR][2];
   for (int r = 0; r < R; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
-  const int64_t K8 = K & ~int64_t(7);
-  for (int64_t k = 0; k < K8; k += 8) {
-    __m256 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = load_bf16(w + (n + r) * K + k);
+    for (int m = 0; m < MR; ++m) acc[r][m][0] = acc[r][m][1] = _mm256_setzero_ps();
+  const int64_t K16 = K & ~int64_t(15);
+  for (int64_t k = 0; k < K16; k += 16) {
+    __m256 even[R], odd[R];
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* wr = w + (n + r) * K + k;
+      if ((k & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(wr + PREFETCH), _MM_HINT_T0);
+      load_bf16_pairs(wr, even[r], odd[r]);
+    }
     for (int m = 0; m < MR; ++m) {
-      __m256 xv = _mm256_loadu_ps(x + (m0 + m) * K + k);
-      for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(wv[r], xv, acc[r][m]);
+      const float* xk = x + (m0 + m) * K + k;
+      const __m256 xe = _mm256_loadu_ps(xk), xo = _mm256_loadu_ps(xk + 8);
+      for (int r = 0; r < R; ++r) {
+        acc[r][m][0] = _mm256_fmadd_ps(even[r], xe, acc[r][m][0]);
+        acc[r][m][1] = _mm256_fmadd_ps(odd[r], xo, acc[r][m][1]);
+      }
     }
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < MR; ++m) {
-      float s = hsum(acc[r][m]);
-      for (int64_t k = K8; k < K; ++k) s += bf16_to_float(w[(n + r) * K + k]) * x[(m0 + m) * K + k];
+      float s = hsum(_mm256_add_ps(acc[r][m][0], acc[r][m][1]));
+      for (int64_t k = K16; k < K; ++k) s += bf16_to_float(w[(n + r) * K + k]) * x[(m0 + m) * K + k];
       y[(m0 + m) * N + n + r] = s;
     }
 }
 
+// R weight rows at a time: 4 for one row of x (8 independent accumulators), 2 up to 3 rows,
+// else 1 with up to 6 rows of x per register block (12 accumulators).
+constexpr int max_rows(int R) { return R == 4 ? 1 : R == 2 ? 3 : 6; }
+
 template <int R>
 void rows(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
           int64_t n) {
-  constexpr int MAXM = R == 2 ? 6 : 12;  // accumulators + weights + one x in 16 registers
+  constexpr int MAXM = max_rows(R);
   for (int64_t m0 = 0; m0 < M; m0 += MAXM) {
     switch (std::min<int64_t>(M - m0, MAXM)) {
 #define CASE(c) case c: if constexpr (c <= MAXM) block<R, c>(x, w, y, K, N, n, m0); break;
       CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
-      CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
 #undef CASE
     }
   }
@@ -91,6 +125,17 @@ inline __m256i unpack_codes(const uint8_t* p) {
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
+// sum_i a[i] * b[i], 8 lanes at a time and the tail in order
+inline float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  const int64_t n8 = n & ~int64_t(7);
+  for (int64_t i = 0; i < n8; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = hsum(acc);
+  for (int64_t i = n8; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 template <int R, int MR>
 void int4_block(const int8_t* xq, const float* dx, const float* xsum, const uint8_t* w,
                 const float* scale, const float* low, float* y, int64_t K, int64_t N, int64_t n,
@@ -105,7 +150,13 @@ void int4_block(const int8_t* xq, const float* dx, const float* xsum, const uint
     __m256i codes[R];
     __m256 s[R];
     for (int r = 0; r < R; ++r) {
-      codes[r] = unpack_codes(w + (n + r) * (K / 2) + g * 16);
+      const uint8_t* wr = w + (n + r) * (K / 2) + g * 16;
+      if ((g & 3) == 0) _mm_prefetch(reinterpret_cast<const char*>(wr + 2 * PREFETCH), _MM_HINT_T0);
+      if ((g & 15) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(scale + (n + r) * G + g + PREFETCH / 4), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(low + (n + r) * G + g + PREFETCH / 4), _MM_HINT_T0);
+      }
+      codes[r] = unpack_codes(wr);
       s[r] = _mm256_set1_ps(scale[(n + r) * G + g]);
     }
     for (int m = 0; m < MR; ++m) {
@@ -120,10 +171,7 @@ void int4_block(const int8_t* xq, const float* dx, const float* xsum, const uint
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < MR; ++m) {
-      const float* lr = low + (n + r) * G;
-      float z = 0.0f;
-      for (int64_t g = 0; g < G; ++g) z += lr[g] * xsum[(m0 + m) * G + g];
-      y[(m0 + m) * N + n + r] = hsum(acc[r][m]) + z;
+      y[(m0 + m) * N + n + r] = hsum(acc[r][m]) + dot(low + (n + r) * G, xsum + (m0 + m) * G, G);
     }
 }
 
@@ -163,18 +211,19 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight) {
   TORCH_CHECK(x.size(1) == weight.size(1), "x and weight disagree on K");
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   auto y = at::empty({M, N}, x.options());
-  const float* xp = x.data_ptr<float>();
+  const std::vector<float> xs = split_even_odd(x.data_ptr<float>(), M, K);
+  const float* xp = xs.data();
   const auto* wp = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
-  const bool pairs = M <= 6;
-  const int64_t step = pairs ? 2 : 1, blocks = N / step;
+  const int64_t R = M == 1 ? 4 : M <= 3 ? 2 : 1, blocks = N / R;  // weight rows per block
   at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      if (pairs) rows<2>(xp, wp, yp, M, K, N, b * 2);
+      if (R == 4) rows<4>(xp, wp, yp, M, K, N, b * 4);
+      else if (R == 2) rows<2>(xp, wp, yp, M, K, N, b * 2);
       else rows<1>(xp, wp, yp, M, K, N, b);
     }
   });
-  if (pairs && N % 2) rows<1>(xp, wp, yp, M, K, N, N - 1);
+  for (int64_t n = blocks * R; n < N; ++n) rows<1>(xp, wp, yp, M, K, N, n);
   return y;
 }
 

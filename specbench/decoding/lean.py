@@ -5,9 +5,10 @@ cache bookkeeping, attention dispatch): on the 0.5B int4 draft that is ~15% of a
 `LeanForward` runs the same embedding, norms, projections, rotary embedding, MLP and head
 modules in one plain loop with its own KV cache (one buffer per layer, grown by doubling, rolled
 back by moving the length), and for weight-only int4 layers runs q/k/v and gate/up as one matmul
-each (the same codes per row). A single new token attends with two small matmuls; several
-tokens (or a token tree, under its mask) through SDPA. Logits match transformers' to rounding
-(tests/test_lean.py). CachedLM takes this path on CPU for the models `lean_reason` accepts.
+each (the same codes per row). Decode and scoring calls (up to SMALL_ATTENTION new tokens, a
+token tree under its mask) attend with two small fp32 matmuls, prompts through SDPA. Logits
+match transformers' to rounding (tests/test_lean.py). CachedLM takes this path on CPU for the
+models `lean_reason` accepts.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels import CpuLinear
 from ..quantize import DENSE_TOKENS, WeightOnly
 
 FAMILIES = ("llama", "qwen2")  # model_type values whose decoder layer this forward reproduces
+SMALL_ATTENTION = 16  # calls of up to this many new tokens attend through `small_attention`
 LEAN_ATTR = "_specbench_lean"  # where a model keeps its LeanForward (False: transformers' path)
 
 
@@ -42,17 +45,18 @@ class FusedWeightOnly(nn.Module):
     """Several weight-only layers on one input as one int matmul for decode-width calls; wider
     calls (prefill) go through the original layers and their float weights."""
 
-    def __init__(self, parts: list[WeightOnly]) -> None:
+    def __init__(self, parts: list[nn.Module], weights: list[WeightOnly]) -> None:
         super().__init__()
-        self.parts = nn.ModuleList(parts)
-        stacked = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=False)
-        stacked.weight = nn.Parameter(torch.cat([p.dense for p in parts]), requires_grad=False)
-        self.inner = parts[0].like(stacked)
+        self.parts = nn.ModuleList(parts)  # the model's layers (a CpuLinear routes prompts)
+        stacked = nn.Linear(weights[0].in_features, sum(w.out_features for w in weights))
+        stacked.bias = None
+        stacked.weight = nn.Parameter(torch.cat([w.dense for w in weights]), requires_grad=False)
+        self.inner = weights[0].like(stacked)
         self.inner.dense = torch.empty(0)  # prefill uses the parts' own float weights
-        has_bias = any(p.bias is not None for p in parts)
-        biases = [p.dense.new_zeros(p.out_features) if p.bias is None else p.bias for p in parts]
+        has_bias = any(w.bias is not None for w in weights)
+        biases = [w.dense.new_zeros(w.out_features) if w.bias is None else w.bias for w in weights]
         self.register_buffer("bias", torch.cat(biases) if has_bias else None)
-        self.sizes = [p.out_features for p in parts]
+        self.sizes = [w.out_features for w in weights]
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         """(..., in) -> one (..., out_i) per part."""
@@ -65,11 +69,13 @@ class FusedWeightOnly(nn.Module):
 
 
 def fused(parts: list[nn.Module]) -> FusedWeightOnly | None:
-    """One fused layer when every part is the same weight-only kind and still holds its float
-    weight (packing moves it: `models.load_model` builds the lean forward first), else None."""
-    kinds = {type(p) for p in parts}
+    """One fused layer when every part is (or wraps, as a CpuLinear) the same weight-only kind
+    and still holds its float weight (packing moves it: `models.load_model` builds the lean
+    forward first), else None."""
+    weights = [p.inner if isinstance(p, CpuLinear) else p for p in parts]
+    kinds = {type(w) for w in weights}
     if len(kinds) == 1 and issubclass(kinds.pop(), WeightOnly):
-        return FusedWeightOnly(parts) if all(p.dense.numel() for p in parts) else None
+        return FusedWeightOnly(parts, weights) if all(w.dense.numel() for w in weights) else None
     return None
 
 
@@ -164,16 +170,13 @@ class LeanForward:
         k = rotate(k.view(1, new, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
         v = v.view(1, new, self.kv_heads, self.head_dim).transpose(1, 2)  # (1, Hkv, T, D)
         keys, values = cache.write(i, k, v)  # (1, Hkv, L, D)
-        if mask is None:  # one token: grouped heads as rows of one small matmul per kv head
-            grouped = q.reshape(1, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
-            scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scaling  # (1, Hkv, G, L)
-            weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-            out = torch.matmul(weights, values).reshape(1, 1, -1)  # (1, 1, H * D)
-        else:
+        if new <= SMALL_ATTENTION:  # decode and scoring widths: two small fp32 matmuls
+            out = small_attention(q, keys, values, self.scaling, mask)  # (1, H, T, D)
+        else:  # a prompt
             out = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=mask, scale=self.scaling, enable_gqa=True
             )  # (1, H, T, D)
-            out = out.transpose(1, 2).reshape(1, new, -1)
+        out = out.transpose(1, 2).reshape(1, new, -1)
         return attn.o_proj(out)
 
     def _mlp(self, i: int, mlp: nn.Module, h: torch.Tensor) -> torch.Tensor:
@@ -203,3 +206,30 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     """Rotary embedding of (1, H, T, D) x with (1, 1, T, D) cos / sin (half-split rotation)."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def small_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    scaling: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(1, H, T, D) queries, (1, Hkv, L, D) keys and values, an optional (T, L) bool mask
+    (True = attend) or (1, 1, T, L) additive one -> (1, H, T, D): each kv head's grouped query
+    heads are the rows of one small matmul, in fp32. For a few queries this is faster than
+    SDPA (12 heads of 128 dims, L = 500, T = 5: 160 vs 218 us; one token in bf16 matmuls without
+    native bf16: 380 us, in fp32 60 us)."""
+    _, heads, new, dim = q.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    grouped = q.float().reshape(1, kv_heads, -1, dim)  # (1, Hkv, G*T, D): row g*T + t
+    scores = torch.matmul(grouped, keys.float().transpose(-1, -2)) * scaling  # (1, Hkv, G*T, L)
+    if mask is not None:
+        scores = scores.view(1, kv_heads, -1, new, length)  # (1, Hkv, G, T, L)
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask[0, 0]
+        scores = scores.view(1, kv_heads, -1, length)
+    out = torch.matmul(torch.softmax(scores, dim=-1), values.float())  # (1, Hkv, G*T, D)
+    return out.view(1, heads, new, dim).to(q.dtype)
