@@ -5,7 +5,7 @@
 // elements, a shift and a mask: no shuffle) and multiplies it into every row of x (fp32,
 // rearranged to match) in registers, so M rows read the weight once. The weight is prefetched
 // PREFETCH elements ahead: without it a step's weights streamed from memory well below its rate
-// (results/row_kernel_avx2_restricted_zen5). Each output is the same
+// (results/cpu_kernels_avx2_restricted_zen5). Each output is the same
 // two 8-lane fp32 accumulations in the same order for any M, so the result for a row does not
 // depend on how many rows are in the call (batch invariant). int4_linear does the same for
 // group-quantized 4-bit weights (the int4 draft), where torch's own int4 kernel is
