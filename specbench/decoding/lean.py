@@ -48,8 +48,8 @@ class FusedWeightOnly(nn.Module):
     def __init__(self, parts: list[nn.Module], weights: list[WeightOnly]) -> None:
         super().__init__()
         self.parts = nn.ModuleList(parts)  # the model's layers (a CpuLinear routes prompts)
-        stacked = nn.Linear(weights[0].in_features, sum(w.out_features for w in weights))
-        stacked.bias = None
+        out_features = sum(w.out_features for w in weights)
+        stacked = nn.Linear(weights[0].in_features, out_features, bias=False)
         stacked.weight = nn.Parameter(torch.cat([w.dense for w in weights]), requires_grad=False)
         self.inner = weights[0].like(stacked)
         self.inner.dense = torch.empty(0)  # prefill uses the parts' own float weights
