@@ -233,6 +233,21 @@ def test_table1_values(records):
     assert ar.k.isna().all() and np.isnan(ar.speedup).all()
 
 
+def test_table1_keeps_each_backends_baseline_apart(records):
+    """A run with a kernel and an eager baseline: one autoregressive row per backend, each with
+    its own median ms per token, not the two pooled."""
+    one = normalize(records[(records.task == "xsum") & (records.sampling == "greedy")])
+    eager = one[one.method == "autoregressive"].assign(backend="eager", job="eager")
+    eager["ms_per_token"] *= 2.0
+    both = pd.concat([one.assign(backend="kernel"), eager], ignore_index=True)
+    table = tables.table1(both)
+    ar = table[table.method == "autoregressive"].set_index("backend")
+    assert sorted(ar.index) == ["eager", "kernel"]
+    assert ar.loc["eager", "ms_per_token"] == pytest.approx(2 * ar.loc["kernel", "ms_per_token"])
+    assert (table[table.method == "speculative"].backend == "kernel").all()
+    assert set(tables.format_table1(table).Backend) == {"eager", "kernel"}
+
+
 def test_paired_test_detects_a_difference():
     diffs = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(12)], "diff_": [1.0] * 12})
     name, p = tables.paired_test(diffs, "passed")

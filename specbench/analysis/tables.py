@@ -17,7 +17,9 @@ from .aggregate import drafting, normalize, summary
 METRICS = {"rouge2": "ROUGE-2", "passed": "pass@1"}
 WILCOXON = "Wilcoxon signed-rank on per-prompt differences"
 SIGN = "exact sign test (McNemar) on per-prompt differences"
-TABLE_KEY = ["task", "sampling", "cpu_kind"]
+# One block of rows per condition: a run with two backends (e.g. kernel and eager) reports each
+# backend's baseline on its own row, never their runs pooled.
+TABLE_KEY = stats.CONDITION
 
 
 def quality_metric(frame: pd.DataFrame) -> str | None:
@@ -87,6 +89,11 @@ SPEEDUP = ["speedup", "speedup_low", "speedup_high", "speedup_median", "speedup_
 DECODE = [f"decode_{c}" for c in SPEEDUP]  # the same over ms per token after the first emission
 
 
+def _equal(column: pd.Series, value: object) -> pd.Series:
+    """column == value, where a missing value matches a missing value."""
+    return column.isna() if pd.isna(value) else column == value
+
+
 def _condition_rows(frame: pd.DataFrame, table: pd.DataFrame, key: dict) -> list[dict]:
     """Table 1 rows of one condition: each baseline, then each drafting method at each K."""
     metric = quality_metric(frame)
@@ -98,7 +105,7 @@ def _condition_rows(frame: pd.DataFrame, table: pd.DataFrame, key: dict) -> list
     knobs = stats.present(methods, stats.KNOBS)
     for knob, mine in methods.groupby(knobs, sort=True, dropna=False):
         named = key | dict(zip(knobs, knob, strict=True))
-        found = table.loc[np.logical_and.reduce([table[c] == v for c, v in named.items()])]
+        found = table.loc[np.logical_and.reduce([_equal(table[c], v) for c, v in named.items()])]
         columns = [c for c in SPEEDUP + DECODE if c in found]
         speed = found.iloc[0][columns].to_dict() if len(found) and "speedup" in found else {}
         runs = pd.concat([mine, frame[frame.method == named["paired_with"]]])
@@ -112,8 +119,9 @@ def table1(records: pd.DataFrame) -> pd.DataFrame:
     records = normalize(records)
     table = summary(records)
     rows = []
-    for key, frame in records.groupby(TABLE_KEY, sort=True):
-        rows += _condition_rows(frame, table, dict(zip(TABLE_KEY, key, strict=True)))
+    keys = stats.present(records, TABLE_KEY)
+    for key, frame in records.groupby(keys, sort=True, dropna=False):
+        rows += _condition_rows(frame, table, dict(zip(keys, key, strict=True)))
     out = pd.DataFrame(rows)
     out["k"] = out["k"].astype("Int64")
     return out
@@ -142,6 +150,8 @@ def format_table1(table: pd.DataFrame) -> pd.DataFrame:
         drafts, table.method + " (" + width + "K=" + table.k.astype(str) + ")", table.method
     )
     out["Task"], out["Sampling"], out["CPU"] = table.task, table.sampling, table.cpu_kind
+    if "backend" in table:
+        out["Backend"] = table.backend.fillna("")
     out["Metric"] = table.metric.fillna("")
     q = table.reindex(columns=["quality", "quality_low", "quality_high", "quality_interval"])
     out["Quality [95% CI; range if n < 10]"] = [
