@@ -30,7 +30,7 @@ import torch
 from .analysis.theory import expected_speedup, expected_tokens_per_loop
 from .config import ConfigError, SpecBenchConfig
 from .decoding.common import CachedLM, Clock, GenerationResult, model_device, static_cache_len
-from .kernels import can_pack
+from .kernels import PROMPT_BLOCK, can_pack
 from .methods import Generate, method
 from .packaged import cache_root
 from .prepare import Prepared, bind, encode, warm_kernels
@@ -175,7 +175,8 @@ def costs_key(job: SpecBenchConfig) -> str:
         "cpu": cpu_columns(), "threads": torch.get_num_threads(), "torch": torch.__version__,
         "models": [(m.name, m.source, m.quantize, m.torch_dtype_name(backend.dtype))
                    for m in (job.target, job.draft)],
-        "backend": [backend.name, backend.compile, backend.static_cache, backend.prompt_fp32,
+        "backend": [backend.name, backend.compile, backend.static_cache,
+                    backend.prompt_fp32 and f"blocks of {PROMPT_BLOCK}",
                     backend.rows_kernel and source_digest(), backend.lean_decode,
                     can_pack(backend)],
         "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],

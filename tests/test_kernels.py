@@ -12,7 +12,14 @@ from specbench import SamplingParams, autoregressive_generate, kernels, speculat
 from specbench.calibrate import Costs, alpha_tokens, expected_length, predict, verdict
 from specbench.config_measure import ProfileConfig
 from specbench.decoding.common import GenerationResult
-from specbench.kernels import AVX2_ENV, PROMPT_ROWS, CpuLinear, cpu_linears
+from specbench.kernels import (
+    AVX2_ENV,
+    PROMPT_BLOCK,
+    PROMPT_ROWS,
+    CpuLinear,
+    cpu_linears,
+    fp32_linear,
+)
 from specbench.quantize import Int4Linear, WeightOnly, quantize_linears
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
 
@@ -32,6 +39,17 @@ def test_prompt_fp32_linear(rows):
     else:
         ref = torch.nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float())
         assert torch.equal(out, ref.to(torch.bfloat16))
+
+
+def test_fp32_linear_upcasts_in_blocks_to_the_same_product():
+    """More weight rows than one upcast block (and a partial last block): the blocked product
+    equals one fp32 F.linear over the whole weight."""
+    torch.manual_seed(0)
+    rows = 2 * PROMPT_BLOCK + 7
+    weight = torch.randn(rows, 96, dtype=torch.bfloat16)
+    bias, x = torch.randn(rows, dtype=torch.bfloat16), torch.randn(20, 96)
+    ref = torch.nn.functional.linear(x, weight.float(), bias.float())
+    torch.testing.assert_close(fp32_linear(x, weight, bias), ref, rtol=1e-6, atol=1e-5)
 
 
 def test_prompt_fp32_wraps_weight_only_layers_on_their_dense_weight():
