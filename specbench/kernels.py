@@ -10,8 +10,9 @@ time. The levers, chosen per backend (conf/backend/cpu_avx2.yaml, cpu_compiled.y
 - decode and scoring matmuls (<= ROWS_MAX rows) through specbench's AVX2 row kernel
   (`specbench.cpu_gemm`): K+1 rows read the bf16 weight once, no graph compile (`cpu_avx2`);
   an int4 draft's decode matmuls on its int4 row kernel (`quantize.Int4RowsLinear`);
-- prompt-width matmuls (> PROMPT_ROWS rows) in fp32, the bf16 weight upcast per call
-  (`CpuLinear`): an fp32 GEMM on MKL is compute-efficient where bf16 is not.
+- prompt-width matmuls (> PROMPT_ROWS rows) in fp32, the bf16 weight upcast PROMPT_BLOCK rows
+  at a time (`CpuLinear`, `fp32_linear`): an fp32 GEMM on MKL is compute-efficient where bf16
+  is not.
 
 Where oneDNN has native bf16 (AVX-512-BF16, AMX), `pack_weights` reorders every bf16 linear's
 weight once into oneDNN's blocked layout (`PackedLinear`): the same products, but a decode step
