@@ -5,9 +5,9 @@
 // elements, a shift and a mask: no shuffle) and multiplies it into every row of x (fp32,
 // rearranged to match) in registers, so M rows read the weight once. The weight is prefetched
 // PREFETCH elements ahead: without it a step's weights streamed from memory well below its rate
-// (results/cpu_kernels_avx2_restricted_zen5). Each output is the same
-// two 8-lane fp32 accumulations in the same order for any M, so the result for a row does not
-// depend on how many rows are in the call (batch invariant). int4_linear does the same for
+// (results/cpu_kernels_avx2_restricted_zen5). Each output is the same 8-lane fp32
+// accumulation in the same order for any M, so the result for a row does not depend on how
+// many rows are in the call (batch invariant). int4_linear does the same for
 // group-quantized 4-bit weights (the int4 draft), where torch's own int4 kernel is
 // compute-bound on AVX2 (~5 GB/s of weights).
 #include <ATen/Parallel.h>
@@ -63,14 +63,16 @@ std::vector<float> split_even_odd(const float* x, int64_t M, int64_t K) {
 
 constexpr int64_t PREFETCH = 4096;  // bf16 elements ahead of the load
 
-// R weight rows (n .. n+R) times MR rows of split x (m0 ..): y[m, n + r]. Each output keeps two
-// 8-lane accumulators (even and odd elements), summed in the same order for any R and MR.
+// R weight rows (n .. n+R) times MR rows of split x (m0 ..): y[m, n + r]. Each output keeps one
+// 8-lane accumulator (each 16-block's even elements, then its odd ones), summed in the same
+// order for any R and MR: R * MR accumulators, so two weight rows fit beside six rows of x in
+// 16 registers and each load of x feeds two FMAs.
 template <int R, int MR>
 void block(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N, int64_t n,
            int64_t m0) {
-  __m256 acc[R][MR][2];
+  __m256 acc[R][MR];
   for (int r = 0; r < R; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m][0] = acc[r][m][1] = _mm256_setzero_ps();
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
   const int64_t K16 = K & ~int64_t(15);
   for (int64_t k = 0; k < K16; k += 16) {
     __m256 even[R], odd[R];
@@ -81,29 +83,24 @@ void block(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N, in
     }
     for (int m = 0; m < MR; ++m) {
       const float* xk = x + (m0 + m) * K + k;
-      const __m256 xe = _mm256_loadu_ps(xk), xo = _mm256_loadu_ps(xk + 8);
-      for (int r = 0; r < R; ++r) {
-        acc[r][m][0] = _mm256_fmadd_ps(even[r], xe, acc[r][m][0]);
-        acc[r][m][1] = _mm256_fmadd_ps(odd[r], xo, acc[r][m][1]);
-      }
+      const __m256 xe = _mm256_loadu_ps(xk);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(even[r], xe, acc[r][m]);
+      const __m256 xo = _mm256_loadu_ps(xk + 8);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(odd[r], xo, acc[r][m]);
     }
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < MR; ++m) {
-      float s = hsum(_mm256_add_ps(acc[r][m][0], acc[r][m][1]));
+      float s = hsum(acc[r][m]);
       for (int64_t k = K16; k < K; ++k) s += bf16_to_float(w[(n + r) * K + k]) * x[(m0 + m) * K + k];
       y[(m0 + m) * N + n + r] = s;
     }
 }
 
-// R weight rows at a time: 4 for one row of x (8 independent accumulators), 2 up to 3 rows,
-// else 1 with up to 6 rows of x per register block (12 accumulators).
-constexpr int max_rows(int R) { return R == 4 ? 1 : R == 2 ? 3 : 6; }
-
-template <int R>
+// R weight rows times all M rows of x, MAXM rows of x per register block
+template <int R, int MAXM>
 void rows(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
           int64_t n) {
-  constexpr int MAXM = max_rows(R);
   for (int64_t m0 = 0; m0 < M; m0 += MAXM) {
     switch (std::min<int64_t>(M - m0, MAXM)) {
 #define CASE(c) case c: if constexpr (c <= MAXM) block<R, c>(x, w, y, K, N, n, m0); break;
@@ -215,15 +212,16 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight) {
   const float* xp = xs.data();
   const auto* wp = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
-  const int64_t R = M == 1 ? 4 : M <= 3 ? 2 : 1, blocks = N / R;  // weight rows per block
+  // 4 weight rows for one row of x (4 independent accumulators), else 2 with up to 6 rows of
+  // x per register block (12 accumulators)
+  const int64_t R = M == 1 ? 4 : 2, blocks = N / R;
   at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      if (R == 4) rows<4>(xp, wp, yp, M, K, N, b * 4);
-      else if (R == 2) rows<2>(xp, wp, yp, M, K, N, b * 2);
-      else rows<1>(xp, wp, yp, M, K, N, b);
+      if (R == 4) rows<4, 1>(xp, wp, yp, M, K, N, b * 4);
+      else rows<2, 6>(xp, wp, yp, M, K, N, b * 2);
     }
   });
-  for (int64_t n = blocks * R; n < N; ++n) rows<1>(xp, wp, yp, M, K, N, n);
+  for (int64_t n = blocks * R; n < N; ++n) rows<1, 6>(xp, wp, yp, M, K, N, n);
   return y;
 }
 
