@@ -125,9 +125,10 @@ class CpuLinear(nn.Module):
 def fp32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """(M, K) fp32 x (N, K) float weight -> (M, N) fp32, the weight upcast PROMPT_BLOCK rows at a
     time: each block's fp32 copy stays in cache instead of a whole fp32 weight going through
-    memory. Torch held to AVX2 on Zen 5, one process, interleaved: the 1.5B target's prefill of
-    118 / 307 prompt tokens 3.6 / 5.7 s upcast whole -> 2.2 / 4.3 s in blocks (the int4
-    draft's 0.5B float weights: 0.72 -> 0.70 s at 118)."""
+    memory. Torch held to AVX2 on Zen 5 (benchmarks/prompt_blocks.py, whole vs blocks
+    interleaved in one process): the 1.5B target's prefill 1.03-1.86x faster on four prompts
+    of 109-307 tokens, the int4 draft's 1.03-1.11x
+    (results/paper_regime_avx2_restricted_zen5_82ed0bd/prompt_blocks.txt)."""
     out = x.new_empty(x.shape[0], weight.shape[0])
     for start in range(0, weight.shape[0], PROMPT_BLOCK):
         end = start + PROMPT_BLOCK
