@@ -65,8 +65,8 @@ constexpr int64_t PREFETCH = 4096;  // bf16 elements ahead of the load
 
 // R weight rows (n .. n+R) times MR rows of split x (m0 ..): y[m, n + r]. Each output keeps one
 // 8-lane accumulator (each 16-block's even elements, then its odd ones), summed in the same
-// order for any R and MR: R * MR accumulators, so two weight rows fit beside six rows of x in
-// 16 registers and each load of x feeds two FMAs.
+// order for any R and MR: R * MR accumulators (two weight rows x up to six rows of x = 12), and
+// each load of x feeds R FMAs.
 template <int R, int MR>
 void block(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N, int64_t n,
            int64_t m0) {
