@@ -12,9 +12,7 @@ dropped), and prints medians and their ratio:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,12 +43,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--backend", default="cpu_avx2")
     args = parser.parse_args()
-    if args.avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
-        from specbench.kernels import AVX2_ENV  # before torch is imported in the child
+    if args.avx2:
+        from specbench.kernels import rerun_held_to_avx2
 
-        argv = [a for a in sys.argv[1:] if a != "--avx2"]
-        env = os.environ | AVX2_ENV
-        raise SystemExit(subprocess.call([sys.executable, __file__, *argv], env=env))
+        rerun_held_to_avx2(__file__, [a for a in sys.argv[1:] if a != "--avx2"])
 
     import torch
     from hydra import compose, initialize_config_dir

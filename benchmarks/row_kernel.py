@@ -21,8 +21,6 @@ the "eager" column is torch's int4 kernel (`Int4Linear`), "kernel" specbench's (
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 
@@ -87,12 +85,10 @@ def main() -> None:
     parser.add_argument("--int4", action="store_true", help="the int4 draft's shapes and kernels")
     parser.add_argument("--step", action="store_true", help="all of one step's linears per call")
     args = parser.parse_args()
-    if args.avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
-        from specbench.kernels import AVX2_ENV  # before torch is imported in the child
+    if args.avx2:
+        from specbench.kernels import rerun_held_to_avx2
 
-        argv = [a for a in sys.argv[1:] if a != "--avx2"]
-        env = os.environ | AVX2_ENV
-        raise SystemExit(subprocess.call([sys.executable, __file__, *argv], env=env))
+        rerun_held_to_avx2(__file__, [a for a in sys.argv[1:] if a != "--avx2"])
 
     import torch
 

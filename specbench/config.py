@@ -32,6 +32,7 @@ DEVICES = ("cpu", "cuda", "mps")
 PROMPT_FORMATS = ("raw", "chat")
 QUANTIZE = ("none", "int8", "int4")  # specbench.quantize: weight-only linears, CPU kernels
 INT4_GROUPS = (32, 64, 128, 256)  # group sizes torch's CPU int4 kernel takes
+INT4_KERNELS = ("auto", "rows", "torch")  # backend.int4_kernel (specbench.quantize.int4_rows)
 
 
 @dataclass
@@ -119,6 +120,12 @@ class BackendConfig:
     # decode and scoring matmuls (<= 17 rows) of bf16 weights through specbench's AVX2 row
     # kernel (specbench.cpu_gemm; built once, no graph compile): CPUs without native bf16
     rows_kernel: bool = False
+    # int4 weight-only layers (an int4 draft): "rows" = specbench's row kernel, where an
+    # all-int4 model's lean decode steps run in one C++ call (specbench.decoding.int4_step;
+    # the 0.5B draft's step 13.6 -> 8.8 ms on Zen 5); "torch" = aten's int4 kernel; "auto" =
+    # rows where that kernel runs (x86 with AVX2 and a C++ compiler), else torch.
+    # rows_kernel implies rows.
+    int4_kernel: str = "auto"
     # cpu_auto: rows_kernel (or compile) + prompt_fp32 are set at start from a measured eager
     # bf16 micro-benchmark (specbench.kernels.auto_kernels, cached per CPU), recorded in rows
     auto_kernels: bool = False
@@ -145,6 +152,15 @@ class BackendConfig:
             not self.rows_kernel or (self.device == "cpu" and self.dtype == "bfloat16"),
             "backend.rows_kernel is a CPU kernel for bf16 weights: use it with "
             "backend.device=cpu and backend.dtype=bfloat16",
+        )
+        _require(
+            self.int4_kernel in INT4_KERNELS,
+            f"backend.int4_kernel must be one of {INT4_KERNELS}, got {self.int4_kernel!r}",
+        )
+        _require(
+            not (self.rows_kernel and self.int4_kernel == "torch"),
+            "backend.rows_kernel runs int4 layers on the row kernel too: drop "
+            "backend.int4_kernel=torch, or rows_kernel",
         )
         _require(
             not (self.rows_kernel and self.compile),

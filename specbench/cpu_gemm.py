@@ -4,11 +4,12 @@
 each weight block is widened to fp32 once and multiplied into every row in registers, so K+1
 rows cost about one row (memory-bound), where eager bf16 on AVX2 costs K+1 rows. `int4_linear`
 does the same for the int4 draft's group-quantized weights (activations rounded to int8 per
-group, one byte multiply-add per code), where torch's int4 kernel is compute-bound on AVX2. No
-graph compile: the extension is built once per torch version (~20 s on 2 cores) into the
-specbench cache and loads in milliseconds after. Each output row is computed the same way
-whatever the number of rows in the call (batch invariant), so scoring K+1 tokens gives each
-position the logits a single step would."""
+group, one byte multiply-add per code), where torch's int4 kernel is compute-bound on AVX2.
+`csrc/int4_decode.cpp` runs an all-int4 model's whole decode step on it in one call
+(specbench.decoding.int4_step). No graph compile: the extension is built once per torch version
+(~30 s on 2 cores) into the specbench cache and loads in milliseconds after. Each output row
+is computed the same way whatever the number of rows in the call (batch invariant), so scoring
+K+1 tokens gives each position the logits a single step would."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).parent / "csrc" / "bf16_gemm.cpp"
+SOURCES = [Path(__file__).parent / "csrc" / name for name in ("bf16_gemm.cpp", "int4_decode.cpp")]
 NEEDS = ("avx2", "fma")  # the kernel's instructions
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # OpenMP: torch's own runtime (at::parallel_for)
 
@@ -44,7 +45,7 @@ def unavailable() -> str | None:
 
 def source_digest() -> str:
     """A short hash of the kernels' source: cached measurements of them are keyed by it."""
-    return hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
+    return hashlib.sha1(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
 
 
 @cache
@@ -63,7 +64,7 @@ def load_kernel() -> None:
         log.info("building specbench's bf16 row kernel once into %s (~20 s)", build)
     cpp_extension.load(
         name="specbench_bf16_gemm",
-        sources=[str(SOURCE)],
+        sources=[str(src) for src in SOURCES],
         build_directory=str(build),
         extra_cflags=CFLAGS,
         extra_ldflags=["-fopenmp"],

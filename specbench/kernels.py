@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,6 +54,16 @@ AVX2_ENV = {
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
 }
+
+
+def rerun_held_to_avx2(script: str, argv: list[str]) -> None:
+    """Run `script` again in a child with AVX2_ENV (set before its torch loads) and exit with
+    its status; nothing where torch is already held to AVX2."""
+    if os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
+        env = os.environ | AVX2_ENV
+        raise SystemExit(subprocess.call([sys.executable, script, *argv], env=env))
+
+
 PROMPT_ROWS = 8  # calls with more rows than this are prompts (prefill): fp32 under prompt_fp32
 PROMPT_BLOCK = 256  # prompt_fp32 upcasts this many weight rows at a time (<= 9 MB: cache-resident)
 ROWS_MAX = 17  # rows_kernel: calls of up to this many rows (decode, scoring K+1 <= 17)

@@ -15,7 +15,7 @@ from .decoding.lean import disable_lean, lean_forward
 from .draft_vocab import narrow_vocab
 from .kernels import can_pack, cpu_linears, pack_linears
 from .packaged import PACKAGED, locate_parts, lookup, materialize
-from .quantize import quantize_linears
+from .quantize import int4_rows, quantize_linears
 from .shapes import lookup_shape, shape_model
 from .tiny import byte_tokenizer, perturbed_copy, tiny_model
 
@@ -166,7 +166,8 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     if cfg.draft_vocab is not None:
         tokenizer = load_tokenizer(cfg, cfg.torch_dtype_name(backend.dtype))
         model = narrow_vocab(model, tokenizer, cfg.draft_vocab)
-    model = quantize_linears(model, cfg.quantize, backend.rows_kernel, cfg.quantize_group)
+    rows = int4_rows(backend, cfg.quantize_group)
+    model = quantize_linears(model, cfg.quantize, rows, cfg.quantize_group)
     model = cpu_linears(model, backend.prompt_fp32, backend.rows_kernel).eval()
     model = model if backend.lean_decode else disable_lean(model)
     if can_pack(backend):

@@ -4,8 +4,9 @@ A latency lever for the *draft*: speculative sampling stays exact whatever the d
 cheaper draft only moves acceptance and speed. Decode steps (<= DENSE_TOKENS tokens) use the
 int kernels; a prompt's prefill uses the float weights, kept beside them (memory for latency).
 `ModelConfig.quantize` picks the mode; every `nn.Linear` (the lm_head included, untied from the
-embedding) is swapped for one of these. Backends with `rows_kernel` (AVX2) run int4 on
-specbench's own row kernel (`Int4RowsLinear`): torch's is compute-bound there.
+embedding) is swapped for one of these. int4 runs on specbench's own row kernel
+(`Int4RowsLinear`) where it can (`int4_rows`): torch's is compute-bound on AVX2, and an all-int4
+model's decode steps then run in one C++ call (specbench.decoding.int4_step).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import QUANTIZE
-from .cpu_gemm import int4_linear, load_kernel, pack_nibbles
+from .config import QUANTIZE, BackendConfig
+from .cpu_gemm import int4_linear, load_kernel, pack_nibbles, unavailable
 
 INT4_GROUP = 32  # default weights per (scale, zero) pair: the GGUF Q4_K grid's block size
 # Calls with more tokens than this (a prompt's prefill) run on the float weights: the int kernels
@@ -117,6 +118,16 @@ class Int4RowsLinear(Int4Linear):
 
     def _int_forward(self, flat: torch.Tensor) -> torch.Tensor:
         return int4_linear(flat.float(), self.weight, self.scale, self.low).to(flat.dtype)
+
+
+def int4_rows(backend: BackendConfig, group: int = INT4_GROUP) -> bool:
+    """Whether int4 layers of `group` inputs per scale run on specbench's row kernel
+    (`Int4RowsLinear`): backend.int4_kernel, "auto" meaning where that kernel runs and takes
+    the group; rows_kernel implies it."""
+    choice = "rows" if backend.rows_kernel else backend.int4_kernel
+    if choice == "auto":
+        return backend.device == "cpu" and group == INT4_GROUP and unavailable() is None
+    return choice == "rows"
 
 
 def quantizable(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> bool:

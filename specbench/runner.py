@@ -23,6 +23,7 @@ from .models import ModelPool
 from .prepare import Prepared, prepare, resolve_kernels, start_engines
 from .profile import run_profile
 from .provenance import git_dirty, provenance
+from .quantize import int4_rows
 from .records import (
     AUDIT,
     CALIBRATION,
@@ -78,6 +79,7 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "sampling": job.sampling.name,
         "target": job.target.name,
         "draft": job.draft.name if uses_draft else "",
+        "int4_kernel": int4_kernel(job, uses_draft),
         "backend": job.backend.name,
         "compiled": job.backend.compile,
         "prompt_fp32": job.backend.prompt_fp32,
@@ -93,6 +95,15 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "fixed_length": job.bench.fixed_length,
         "max_new_tokens": job.max_new_tokens,
     }
+
+
+def int4_kernel(job: SpecBenchConfig, uses_draft: bool) -> str:
+    """The kernel the job's int4 layers ran on ("rows" or "torch"); "" without int4 layers."""
+    models = [job.target, job.draft] if uses_draft else [job.target]
+    groups = [m.quantize_group for m in models if m.quantize == "int4"]
+    if not groups:
+        return ""
+    return "rows" if int4_rows(job.backend, groups[0]) else "torch"
 
 
 def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) -> dict[str, Any]:

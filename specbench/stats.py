@@ -28,7 +28,7 @@ SETTING = [
 ]  # fmt: skip
 RUN = ["prompt_id", "repeat", "seed"]
 # A method's knobs: what tells apart its rows within one setting.
-KNOBS = ["method", "paired_with", "k", "n_drafts", "drafts_mode", "draft"]
+KNOBS = ["method", "paired_with", "k", "n_drafts", "drafts_mode", "draft", "int4_kernel"]
 # How results are reported: one line per (condition, method, knobs); never pooled across CPUs,
 # backends or decode paths (eager and compiled kernels, lean and transformers' forward differ).
 CONDITION = ["task", "sampling", "cpu_kind", "backend", "lean_decode", "pack_weights"]

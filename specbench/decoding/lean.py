@@ -21,6 +21,8 @@ from torch import nn
 
 from ..kernels import CpuLinear
 from ..quantize import DENSE_TOKENS, WeightOnly
+from .int4_step import MAX_TOKENS as INT4_STEP_TOKENS
+from .int4_step import Int4Step, int4_step_reason
 
 FAMILIES = ("llama", "qwen2")  # model_type values whose decoder layer this forward reproduces
 SMALL_ATTENTION = 16  # calls of up to this many new tokens attend through `small_attention`
@@ -94,15 +96,25 @@ class LeanCache:
             shape = (*k.shape[:2], max(2 * end, 256), k.shape[3])
             self.keys.append(k.new_empty(shape))
             self.values.append(v.new_empty(shape))
-        elif end > self.keys[layer].shape[2]:  # full: double the capacity
+        else:
+            self._grow(layer, end)
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def reserve(self, end: int) -> None:
+        """Room for positions < end in every layer written so far."""
+        for layer in range(len(self.keys)):
+            self._grow(layer, end)
+
+    def _grow(self, layer: int, end: int) -> None:
+        """Double a full layer's capacity until positions < end fit."""
+        if end > self.keys[layer].shape[2]:
             for store in (self.keys, self.values):
                 old = store[layer]
                 grown = old.new_empty((*old.shape[:2], 2 * end, old.shape[3]))
                 grown[:, :, : self.length] = old[:, :, : self.length]
                 store[layer] = grown
-        self.keys[layer][:, :, self.length : end] = k
-        self.values[layer][:, :, self.length : end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
     def keep_positions(self, start: int, offsets: list[int]) -> None:
         """Keep positions < start and start + offsets (ascending), moved down; drop the rest."""
@@ -132,6 +144,8 @@ class LeanForward:
             fused([la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj]) for la in layers
         ]
         self.gate_up = [fused([la.mlp.gate_proj, la.mlp.up_proj]) for la in layers]
+        # an all-int4 model on the row kernel: decode steps in one C++ call
+        self.step = Int4Step(self) if int4_step_reason(self) is None else None
 
     def __call__(
         self,
@@ -144,6 +158,9 @@ class LeanForward:
         """(1, T) new ids after cache.length cached positions -> (1, keep, V) logits. A token
         tree passes its (1, T) position_ids and an additive (1, 1, T, length + T) mask."""
         new, start = ids.shape[1], cache.length
+        plain = position_ids is None and attention_mask is None
+        if self.step is not None and plain and start > 0 and new <= INT4_STEP_TOKENS:
+            return self.step(ids, cache, keep)
         x = self.core.embed_tokens(ids)  # (1, T, hidden)
         positions = position_ids
         if positions is None:
