@@ -46,7 +46,11 @@ VARIANTS = {  # name -> the draft ModelConfig fields it sets (all of them: the e
     "int4+vocab32k": {"quantize": "int4", "quantize_group": 32, "draft_vocab": 32768},
     "int4g128": {"quantize": "int4", "quantize_group": 128, "draft_vocab": None},
     "int4g128+vocab64k": {"quantize": "int4", "quantize_group": 128, "draft_vocab": 65536},
+    # the int4 draft on aten's int4 kernel (activations kept in the model's dtype) instead of
+    # specbench's row kernel (activations rounded to int8 per group; one C++ call a step)
+    "int4torch": {"quantize": "int4", "quantize_group": 32, "draft_vocab": None},
 }
+BACKENDS = {"int4torch": {"int4_kernel": "torch"}}  # variants' backend fields
 COMPILED = ("int4",)  # variants also timed compiled (static cache + torch.compile), with the target
 STATIC_LEN = 1024  # static cache positions for the compiled steps
 SETTINGS = ("paper_xsum_greedy", "paper_xsum_nucleus", "paper_humaneval")  # paper experiments
@@ -218,7 +222,9 @@ def main() -> None:
     with torch.inference_mode():
         target = load_model(job.target, job.backend)
         drafts = {
-            v: load_model(replace(job.draft, **VARIANTS[v]), job.backend)
+            v: load_model(
+                replace(job.draft, **VARIANTS[v]), replace(job.backend, **BACKENDS.get(v, {}))
+            )
             for v in args.variants.split(",")
         }
         params = {s: p.job.sampling.params() for s, p in preps.items()}

@@ -50,7 +50,7 @@ def source_digest() -> str:
 
 @cache
 def load_kernel() -> None:
-    """Build (first time: ~20 s) or load the extension; registers torch.ops.specbench."""
+    """Build (first time: ~30 s) or load the extension; registers torch.ops.specbench."""
     from torch.utils import cpp_extension
 
     from .packaged import cache_root
@@ -61,7 +61,7 @@ def load_kernel() -> None:
     build = cache_root() / "extensions" / f"bf16_gemm-torch{torch.__version__}"
     build.mkdir(parents=True, exist_ok=True)
     if not any(build.glob("*.so")):
-        log.info("building specbench's bf16 row kernel once into %s (~20 s)", build)
+        log.info("building specbench's row kernels once into %s (~30 s)", build)
     cpp_extension.load(
         name="specbench_bf16_gemm",
         sources=[str(src) for src in SOURCES],

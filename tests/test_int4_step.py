@@ -7,7 +7,7 @@ from specbench import SamplingParams, autoregressive_generate, speculative_gener
 from specbench.config import BackendConfig, ConfigError
 from specbench.cpu_gemm import int4_linear, load_kernel, unavailable
 from specbench.decoding.common import CachedLM
-from specbench.decoding.int4_step import _int4
+from specbench.decoding.int4_step import int4_params
 from specbench.decoding.lean import lean_forward
 from specbench.quantize import int4_rows, quantize_linears
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
@@ -44,7 +44,7 @@ def reference_step(lean, ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
         )
 
     def linear(v, layer):
-        return int4_linear(v.contiguous(), *_int4(layer))
+        return int4_linear(v.contiguous(), *int4_params(layer))
 
     def rotate(t):  # (T, heads, D)
         half = dim // 2
@@ -53,7 +53,7 @@ def reference_step(lean, ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
     cache.reserve(start + new)
     for i, layer in enumerate(core.layers):
         qkv = (
-            int4_linear(norm(x, layer.input_layernorm), *_int4(lean.qkv[i].inner))
+            int4_linear(norm(x, layer.input_layernorm), *int4_params(lean.qkv[i].inner))
             + lean.qkv[i].bias.float()
         )
         q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
@@ -71,7 +71,7 @@ def reference_step(lean, ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
                 out[t, h] = torch.softmax(scores, -1) @ values[g, :seen]
         x = x + linear(out.reshape(new, -1), layer.self_attn.o_proj)
         gate, up = int4_linear(
-            norm(x, layer.post_attention_layernorm), *_int4(lean.gate_up[i].inner)
+            norm(x, layer.post_attention_layernorm), *int4_params(lean.gate_up[i].inner)
         ).chunk(2, -1)
         x = x + linear(torch.nn.functional.silu(gate) * up, layer.mlp.down_proj)
     cache.length = start + new

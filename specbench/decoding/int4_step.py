@@ -30,7 +30,7 @@ def _rows(layer: nn.Module) -> Int4RowsLinear | None:
     return inner if isinstance(inner, Int4RowsLinear) else None
 
 
-def _int4(layer: nn.Module | None) -> list[torch.Tensor] | None:
+def int4_params(layer: nn.Module | None) -> list[torch.Tensor] | None:
     """[packed, scale, low] of a bias-free row-kernel int4 layer, else None."""
     rows = None if layer is None else _rows(layer)
     return None if rows is None or rows.bias is not None else [rows.weight, rows.scale, rows.low]
@@ -43,14 +43,14 @@ def int4_step_reason(lean: LeanForward) -> str | None:
         return "an activation other than SiLU"
     if lean.head_dim % 8 or core.embed_tokens.weight.dtype != torch.bfloat16:
         return "head dim not a multiple of 8, or a cache not in bf16"
-    if _int4(model.get_output_embeddings()) is None:
+    if int4_params(model.get_output_embeddings()) is None:
         return "an lm_head that is not int4 on the row kernel"
     for i, layer in enumerate(core.layers):
         qkv, gate_up = lean.qkv[i], lean.gate_up[i]
         fused = [f for f in (qkv, gate_up) if f is not None and isinstance(f.inner, Int4RowsLinear)]
         if len(fused) < 2 or gate_up.bias is not None:
             return f"layer {i}: q/k/v or gate/up not fused int4 on the row kernel"
-        if _int4(layer.self_attn.o_proj) is None or _int4(layer.mlp.down_proj) is None:
+        if int4_params(layer.self_attn.o_proj) is None or int4_params(layer.mlp.down_proj) is None:
             return f"layer {i}: o_proj or down_proj not bias-free int4 on the row kernel"
     return None
 
@@ -65,10 +65,10 @@ class Int4Step:
         for i, layer in enumerate(lean.core.layers):
             qkv, gate_up = lean.qkv[i], lean.gate_up[i]
             qkv_bias = torch.empty(0) if qkv.bias is None else f32(qkv.bias)
-            params += [f32(layer.input_layernorm.weight), *_int4(qkv.inner), qkv_bias]
-            params += _int4(layer.self_attn.o_proj)
-            params += [f32(layer.post_attention_layernorm.weight), *_int4(gate_up.inner)]
-            params += _int4(layer.mlp.down_proj)
+            params += [f32(layer.input_layernorm.weight), *int4_params(qkv.inner), qkv_bias]
+            params += int4_params(layer.self_attn.o_proj)
+            params += [f32(layer.post_attention_layernorm.weight), *int4_params(gate_up.inner)]
+            params += int4_params(layer.mlp.down_proj)
         self.layer_params = params
         self.final_norm = f32(lean.core.norm.weight)
         self.eps = float(lean.core.norm.variance_epsilon)
@@ -80,7 +80,7 @@ class Int4Step:
         x = lean.core.embed_tokens(ids)[0].float()  # (T, hidden)
         positions = torch.arange(start, start + new)[None]  # (1, T)
         cos, sin = (t[0].contiguous() for t in lean.core.rotary_emb(x[None], positions))  # (T, D)
-        head = _int4(lean.model.get_output_embeddings())
+        head = int4_params(lean.model.get_output_embeddings())
         logits = torch.ops.specbench.int4_decode(
             x, cos, sin, [*self.layer_params, self.final_norm, *head], cache.keys,
             cache.values, start, lean.heads, lean.kv_heads, self.eps, lean.scaling, keep,
