@@ -35,7 +35,7 @@ from .methods import Generate, method
 from .packaged import cache_root
 from .prepare import Prepared, bind, encode, warm_kernels
 from .profile import profile_model
-from .quantize import int4_rows
+from .quantize import int4_kernel
 from .records import CALIBRATION, write_job, write_text
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def costs_key(job: SpecBenchConfig) -> str:
         "backend": [backend.name, backend.compile, backend.static_cache,
                     backend.prompt_fp32 and f"blocks of {PROMPT_BLOCK}",
                     backend.rows_kernel and source_digest(), backend.lean_decode,
-                    int4_rows(backend) and source_digest(),
+                    int4_kernel(job) == "rows" and source_digest(),
                     can_pack(backend)],
         "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],
         "widths": [max(job.decoder.ks()), profile.max_k, profile.alpha_prompts,

@@ -72,6 +72,21 @@ def load_kernel() -> None:
     )
 
 
+@cache
+def build_error() -> str | None:
+    """Why the extension cannot be used here, its build tried once (None: it is loaded). For
+    choices that fall back to torch's kernels (backend.int4_kernel=auto) rather than fail."""
+    reason = unavailable()
+    if reason is None:
+        try:
+            load_kernel()
+        except (RuntimeError, OSError) as err:  # cpp_extension's build errors are RuntimeErrors
+            reason = f"building specbench's row kernels failed: {str(err).splitlines()[0]}"
+    if reason is not None:
+        log.warning("%s; int4 layers stay on torch's kernel (backend.int4_kernel=auto)", reason)
+    return reason
+
+
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """(M, K) fp32 x @ (N, K) bf16 weight.T -> (M, N) fp32, through the row kernel."""
     return torch.ops.specbench.bf16_linear(x, weight)

@@ -166,7 +166,7 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     if cfg.draft_vocab is not None:
         tokenizer = load_tokenizer(cfg, cfg.torch_dtype_name(backend.dtype))
         model = narrow_vocab(model, tokenizer, cfg.draft_vocab)
-    rows = int4_rows(backend, cfg.quantize_group)
+    rows = cfg.quantize == "int4" and int4_rows(backend, cfg.quantize_group)
     model = quantize_linears(model, cfg.quantize, rows, cfg.quantize_group)
     model = cpu_linears(model, backend.prompt_fp32, backend.rows_kernel).eval()
     model = model if backend.lean_decode else disable_lean(model)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import QUANTIZE, BackendConfig
-from .cpu_gemm import int4_linear, load_kernel, pack_nibbles, unavailable
+from .config import QUANTIZE, BackendConfig, SpecBenchConfig
+from .cpu_gemm import build_error, int4_linear, load_kernel, pack_nibbles
 
 INT4_GROUP = 32  # default weights per (scale, zero) pair: the GGUF Q4_K grid's block size
 # Calls with more tokens than this (a prompt's prefill) run on the float weights: the int kernels
@@ -126,8 +126,17 @@ def int4_rows(backend: BackendConfig, group: int = INT4_GROUP) -> bool:
     the group; rows_kernel implies it."""
     choice = "rows" if backend.rows_kernel else backend.int4_kernel
     if choice == "auto":
-        return backend.device == "cpu" and group == INT4_GROUP and unavailable() is None
+        return backend.device == "cpu" and group == INT4_GROUP and build_error() is None
     return choice == "rows"
+
+
+def int4_kernel(job: SpecBenchConfig, uses_draft: bool = True) -> str:
+    """The kernel a job's int4 layers run on ("rows" or "torch"); "" without int4 layers."""
+    models = [job.target, job.draft] if uses_draft else [job.target]
+    groups = [m.quantize_group for m in models if m.quantize == "int4"]
+    if not groups:
+        return ""
+    return "rows" if int4_rows(job.backend, groups[0]) else "torch"
 
 
 def quantizable(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> bool:

@@ -23,7 +23,7 @@ from .models import ModelPool
 from .prepare import Prepared, prepare, resolve_kernels, start_engines
 from .profile import run_profile
 from .provenance import git_dirty, provenance
-from .quantize import int4_rows
+from .quantize import int4_kernel
 from .records import (
     AUDIT,
     CALIBRATION,
@@ -95,15 +95,6 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "fixed_length": job.bench.fixed_length,
         "max_new_tokens": job.max_new_tokens,
     }
-
-
-def int4_kernel(job: SpecBenchConfig, uses_draft: bool) -> str:
-    """The kernel the job's int4 layers ran on ("rows" or "torch"); "" without int4 layers."""
-    models = [job.target, job.draft] if uses_draft else [job.target]
-    groups = [m.quantize_group for m in models if m.quantize == "int4"]
-    if not groups:
-        return ""
-    return "rows" if int4_rows(job.backend, groups[0]) else "torch"
 
 
 def time_decoders(prep: Prepared, models: tuple, job_dir: Path, shared: dict) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import torch
 
 from specbench import SamplingParams, autoregressive_generate, speculative_generate
 from specbench.config import BackendConfig, ConfigError
-from specbench.cpu_gemm import int4_linear, load_kernel, unavailable
+from specbench.cpu_gemm import build_error, int4_linear, load_kernel, unavailable
 from specbench.decoding.common import CachedLM
 from specbench.decoding.int4_step import int4_params
 from specbench.decoding.lean import lean_forward
@@ -133,8 +133,7 @@ def test_models_the_step_cannot_run_keep_the_python_path():
 
 
 def test_int4_kernel_choice():
-    runs = unavailable() is None
-    assert int4_rows(BackendConfig()) == runs
+    assert int4_rows(BackendConfig()) == (build_error() is None)
     assert int4_rows(BackendConfig(), group=128) is False  # the row kernel takes groups of 32
     assert int4_rows(BackendConfig(int4_kernel="torch")) is False
     assert int4_rows(BackendConfig(int4_kernel="rows")) is True
@@ -142,3 +141,9 @@ def test_int4_kernel_choice():
         BackendConfig(int4_kernel="fast")
     with pytest.raises(ConfigError, match="rows_kernel runs int4 layers"):
         BackendConfig(dtype="bfloat16", rows_kernel=True, int4_kernel="torch")
+
+
+def test_auto_falls_back_to_torchs_int4_where_the_kernels_do_not_build(monkeypatch):
+    monkeypatch.setattr("specbench.quantize.build_error", lambda: "no C++ compiler")
+    assert int4_rows(BackendConfig()) is False
+    assert int4_rows(BackendConfig(int4_kernel="rows")) is True  # asked for: loading says why
