@@ -2,6 +2,7 @@
 
     python benchmarks/backend_ab.py                  # lean decode vs transformers' forward
     python benchmarks/backend_ab.py --flag pack_weights   # oneDNN-packed vs plain bf16 linears
+    python benchmarks/backend_ab.py --flag rows_kernel    # AVX-512-BF16: our row kernel vs packed
     python benchmarks/backend_ab.py --setting xsum_greedy --prompts 4 --tokens 128
     python benchmarks/backend_ab.py --backend cpu_avx2    # AVX2-only CPUs: the row kernels
     python benchmarks/backend_ab.py --flag pack_weights --prefill --setting xsum_greedy
@@ -39,7 +40,7 @@ from specbench.runner import to_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("autoregressive", "speculative")
-FLAGS = ("lean_decode", "pack_weights")  # backend switches (specbench.config.BackendConfig)
+FLAGS = ("lean_decode", "pack_weights", "rows_kernel")  # backend switches (config.BackendConfig)
 
 
 def load(setting: str, backend: str, prompts: int, tokens: int, flag: str):

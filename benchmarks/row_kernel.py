@@ -8,6 +8,7 @@ call so that both see the same machine state:
     python benchmarks/row_kernel.py --avx2     # torch held to its AVX2 kernels (AVX-512 CPUs)
     python benchmarks/row_kernel.py --int4     # the int4 draft's shapes: torch's int4 vs ours
     python benchmarks/row_kernel.py --step     # every linear of one decode step, in order
+    python benchmarks/row_kernel.py --dot --step   # AVX-512-BF16 CPUs: oneDNN packed vs ours
 
 Per shape, the same weight is called again and again, so a shape that fits the CPU's cache
 (everything but lm_head) runs from cache. --step calls every layer of a whole step (28 layers of
@@ -16,6 +17,8 @@ weights stream from memory, as in decoding.
 
 Target (issue 23): T(5)/T(1) <= 1.7 on the chosen kernel where eager bf16 has > 3. With --int4
 the "eager" column is torch's int4 kernel (`Int4Linear`), "kernel" specbench's (`Int4RowsLinear`).
+With --dot (CPUs with avx512_bf16) "eager" is oneDNN's packed bf16 linear (`PackedLinear`, what
+backend=cpu_bf16 runs) and "kernel" specbench's AVX-512-BF16 row kernel (`bf16_dot_linear`).
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ INT4_SHAPES = {  # Qwen2.5-0.5B's, the int4 draft
 }
 
 
-def layers(out_f: int, in_f: int, int4: bool, gen):
-    """(eager, kernel) callables on x for one shape: bf16 F.linear vs the bf16 row kernel, or
-    torch's int4 layer vs specbench's."""
+def layers(out_f: int, in_f: int, int4: bool, gen, dot: bool = False):
+    """(eager, kernel) callables on x for one shape: bf16 F.linear vs the bf16 row kernel,
+    torch's int4 layer vs specbench's, or (dot) oneDNN's packed bf16 vs the AVX-512-BF16 one."""
     import torch
 
-    from specbench.cpu_gemm import bf16_linear
+    from specbench.cpu_gemm import bf16_dot_linear, bf16_linear
+    from specbench.kernels import PackedLinear
     from specbench.quantize import Int4Linear, Int4RowsLinear
 
     linear = torch.nn.Linear(in_f, out_f, bias=False)
@@ -59,6 +63,8 @@ def layers(out_f: int, in_f: int, int4: bool, gen):
         theirs, ours = Int4Linear(linear), Int4RowsLinear(linear)
         return theirs._int_forward, ours._int_forward
     weight = linear.weight.detach()
+    if dot:
+        return PackedLinear(weight), lambda x: bf16_dot_linear(x, weight).to(torch.bfloat16)
     return (
         lambda x: torch.nn.functional.linear(x, weight),
         lambda x: bf16_linear(x.float(), weight).to(torch.bfloat16),
@@ -84,6 +90,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=15)
     parser.add_argument("--int4", action="store_true", help="the int4 draft's shapes and kernels")
     parser.add_argument("--step", action="store_true", help="all of one step's linears per call")
+    parser.add_argument("--dot", action="store_true", help="oneDNN packed vs AVX-512-BF16 kernel")
     args = parser.parse_args()
     if args.avx2:
         from specbench.kernels import rerun_held_to_avx2
@@ -96,6 +103,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     load_kernel()
+    torch.set_grad_enabled(False)  # PackedLinear is an nn.Module: no autograd graphs
     cap = torch.backends.cpu.get_cpu_capability()
     print(f"torch {torch.__version__}, CPU capability {cap}, {args.threads} threads")
     print(f"{'shape':>14} {'M':>3} {'eager ms':>9} {'kernel ms':>10} {'kernel/eager':>13}"
@@ -106,7 +114,7 @@ def main() -> None:
     if args.step:
         runs = {"step": INT4_STEP if args.int4 else STEP}
     for name, layer_shapes in runs.items():
-        calls = [(layers(o, i, args.int4, gen), i) for o, i in layer_shapes]
+        calls = [(layers(o, i, args.int4, gen, args.dot), i) for o, i in layer_shapes]
         first = None
         for rows in widths:
             xs = {i: torch.randn(rows, i, generator=gen).to(torch.bfloat16) for _, i in calls}

@@ -118,7 +118,9 @@ class BackendConfig:
     # graphs; CPU: inductor freezing + CPP GEMM templates (specbench.kernels), cached on disk
     prompt_fp32: bool = False  # prompt-width matmuls in fp32 (CPUs without native bf16: AVX2)
     # decode and scoring matmuls (<= 17 rows) of bf16 weights through specbench's AVX2 row
-    # kernel (specbench.cpu_gemm; built once, no graph compile): CPUs without native bf16
+    # kernel (specbench.cpu_gemm; built once, no graph compile): CPUs without native bf16. On
+    # AVX-512-BF16 CPUs its dot-product variant (an experiment: oneDNN's packed weights stay
+    # the default there, measured faster at 5 rows on Zen 4)
     rows_kernel: bool = False
     # int4 weight-only layers (an int4 draft): "rows" = specbench's row kernel, where an
     # all-int4 model's lean decode steps run in one C++ call (specbench.decoding.int4_step;

@@ -24,7 +24,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).parent / "csrc" / name for name in ("bf16_gemm.cpp", "int4_decode.cpp")]
+CSRC = ("bf16_gemm.cpp", "bf16_dot.cpp", "int4_decode.cpp")
+SOURCES = [Path(__file__).parent / "csrc" / name for name in CSRC]
 NEEDS = ("avx2", "fma")  # the kernel's instructions
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # OpenMP: torch's own runtime (at::parallel_for)
 
@@ -90,6 +91,26 @@ def build_error() -> str | None:
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """(M, K) fp32 x @ (N, K) bf16 weight.T -> (M, N) fp32, through the row kernel."""
     return torch.ops.specbench.bf16_linear(x, weight)
+
+
+def dot_unavailable() -> str | None:
+    """Why the AVX-512-BF16 row kernel cannot run here (None: it can): it needs the extension,
+    a CPU with avx512_bf16, and torch not held to its AVX2 kernels (ATEN_CPU_CAPABILITY), which
+    stands for an AVX2-only machine."""
+    from .provenance import cpu_flags
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    if "avx512_bf16" not in cpu_flags():
+        return "the bf16 dot-product row kernel needs a CPU with avx512_bf16"
+    if not capability.startswith("AVX512"):
+        return f"torch runs its {capability} kernels here: the AVX2 row kernel stands in"
+    return unavailable()
+
+
+def bf16_dot_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """(M, K) bf16 x @ (N, K) bf16 weight.T -> (M, N) fp32, through the AVX-512-BF16 row
+    kernel (vdpbf16ps; check dot_unavailable() first)."""
+    return torch.ops.specbench.bf16_dot_linear(x, weight)
 
 
 def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,9 @@ time. The levers, chosen per backend (conf/backend/cpu_avx2.yaml, cpu_compiled.y
 - compiled decode and scoring calls: inductor with `freezing` (weights become constants) and
   `max_autotune` (its CPP micro-GEMM templates, which read bf16 weights once and accumulate in
   fp32), one graph per call width, kept in a persistent cache (`inductor_cache`);
-- decode and scoring matmuls (<= ROWS_MAX rows) through specbench's AVX2 row kernel
+- decode and scoring matmuls (<= ROWS_MAX rows) through specbench's row kernel
   (`specbench.cpu_gemm`): K+1 rows read the bf16 weight once, no graph compile (`cpu_avx2`);
+  on CPUs with AVX-512-BF16 its dot-product variant (`bf16_dot_linear`), bf16 in, fp32 out;
   an int4 draft's decode matmuls on its int4 row kernel (`quantize.Int4RowsLinear`);
 - prompt-width matmuls (> PROMPT_ROWS rows) in fp32, the bf16 weight upcast PROMPT_BLOCK rows
   at a time (`CpuLinear`, `fp32_linear`): an fp32 GEMM on MKL is compute-efficient where bf16
@@ -34,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .cpu_gemm import bf16_linear, load_kernel, unavailable
+from .cpu_gemm import bf16_dot_linear, bf16_linear, dot_unavailable, load_kernel, unavailable
 from .quantize import WeightOnly
 
 # Inductor settings for the CPU decode path; applied around each compiled call (they are read
@@ -103,7 +104,8 @@ class CpuLinear(nn.Module):
     """A linear layer (nn.Linear or a weight-only one) with the CPU backend's kernel per width.
 
     rows_kernel: calls of up to ROWS_MAX rows (decode, scoring) of a bf16 nn.Linear go through
-    specbench's AVX2 row kernel (specbench.cpu_gemm). prompt_fp32: calls of more rows (prompts)
+    specbench's row kernel (specbench.cpu_gemm: AVX-512-BF16 dot products where the CPU has them
+    and torch is not held to AVX2, else AVX2). prompt_fp32: calls of more rows (prompts)
     run in fp32 (`fp32_linear`, the float weight upcast a block of rows at a time) and cast the
     output back. Everything else goes to the wrapped layer unchanged."""
 
@@ -114,6 +116,7 @@ class CpuLinear(nn.Module):
         self.prompt_fp32 = prompt_fp32
         bf16 = isinstance(inner, nn.Linear) and inner.weight.dtype == torch.bfloat16
         self.rows_kernel = rows_kernel and bf16
+        self.dot = self.rows_kernel and dot_unavailable() is None
         bias = inner.bias if self.rows_kernel else None
         self.bias32 = None if bias is None else bias.detach().float()  # the kernel's fp32 bias
 
@@ -125,7 +128,11 @@ class CpuLinear(nn.Module):
         rows = x.shape[:-1].numel()
         bias = self.inner.bias
         if self.rows_kernel and x.dtype == torch.bfloat16 and rows <= ROWS_MAX:
-            out = bf16_linear(x.reshape(rows, -1).float(), self.inner.weight)
+            x2d, weight = x.reshape(rows, -1), self.inner.weight
+            if self.dot:
+                out = bf16_dot_linear(x2d.contiguous(), weight)
+            else:
+                out = bf16_linear(x2d.float(), weight)
             out = out if self.bias32 is None else out + self.bias32
             return out.reshape(*x.shape[:-1], -1).to(x.dtype)
         if self.prompt_fp32 and x.dtype != torch.float32 and rows > PROMPT_ROWS:

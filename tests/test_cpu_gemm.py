@@ -1,4 +1,5 @@
-"""specbench's AVX2 bf16 row kernel (issue 23): exact enough, batch invariant, greedy-exact."""
+"""specbench's row kernels (issue 23): AVX2 bf16 and int4, and the AVX-512-BF16 dot-product
+one: exact enough, batch invariant, greedy-exact."""
 
 import pandas as pd
 import pytest
@@ -7,13 +8,22 @@ from conftest import run_cli
 
 from specbench import SamplingParams, autoregressive_generate, speculative_generate
 from specbench.config import BackendConfig, ConfigError, ModelConfig, TinySpec
-from specbench.cpu_gemm import bf16_linear, int4_linear, load_kernel, pack_nibbles, unavailable
+from specbench.cpu_gemm import (
+    bf16_dot_linear,
+    bf16_linear,
+    dot_unavailable,
+    int4_linear,
+    load_kernel,
+    pack_nibbles,
+    unavailable,
+)
 from specbench.kernels import PROMPT_ROWS, ROWS_MAX, CpuLinear, auto_choice, cpu_linears
 from specbench.models import load_model
 from specbench.quantize import DENSE_TOKENS, Int4Linear, Int4RowsLinear, quantize_linears
 from specbench.tiny import byte_tokenizer, perturbed_copy, tiny_model
 
 needs_kernel = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+needs_dot = pytest.mark.skipif(dot_unavailable() is not None, reason=str(dot_unavailable()))
 GREEDY = SamplingParams(0.0)
 
 
@@ -34,6 +44,34 @@ def test_kernel_matches_an_fp32_gemm_and_is_batch_invariant(kernel, n, k):
     torch.testing.assert_close(single, x @ weight.float().T, rtol=1e-5, atol=1e-5)
     for m in range(1, ROWS_MAX + 1):
         assert torch.equal(bf16_linear(x[:m].contiguous(), weight), single[:m]), m
+
+
+@needs_dot
+@pytest.mark.parametrize(("n", "k"), [(48, 64), (34, 40), (7, 21), (1, 8)])
+def test_dot_kernel_matches_a_float64_gemm_and_is_batch_invariant(kernel, n, k):
+    """AVX-512-BF16: every row count 1..ROWS_MAX (blocks of 8 weight rows for one row of x, 3
+    for more, single rows for the rest; K tails): bf16 products are exact, so only the fp32
+    sums round; each row bitwise what it is alone."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(n, k, generator=gen).to(torch.bfloat16)
+    x = torch.randn(ROWS_MAX, k, generator=gen).to(torch.bfloat16)
+    single = torch.cat([bf16_dot_linear(x[i : i + 1], weight) for i in range(ROWS_MAX)])
+    ref = x.double() @ weight.double().T
+    torch.testing.assert_close(single.double(), ref, rtol=1e-5, atol=1e-5)
+    for m in range(1, ROWS_MAX + 1):
+        assert torch.equal(bf16_dot_linear(x[:m].contiguous(), weight), single[:m]), m
+    with pytest.raises(RuntimeError, match="x: \\(M, K\\) bf16"):
+        bf16_dot_linear(x.float(), weight)
+
+
+@needs_dot
+def test_cpu_linear_takes_the_dot_kernel_unless_torch_is_held_to_avx2(kernel, monkeypatch):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
+    assert CpuLinear(linear, prompt_fp32=False, rows_kernel=True).dot
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert "AVX2" in str(dot_unavailable())
+    assert not CpuLinear(linear, prompt_fp32=False, rows_kernel=True).dot
 
 
 @needs_kernel
