@@ -109,14 +109,20 @@ class CpuLinear(nn.Module):
     run in fp32 (`fp32_linear`, the float weight upcast a block of rows at a time) and cast the
     output back. Everything else goes to the wrapped layer unchanged."""
 
-    def __init__(self, inner: nn.Module, prompt_fp32: bool = True, rows_kernel: bool = False):
+    def __init__(
+        self,
+        inner: nn.Module,
+        prompt_fp32: bool = True,
+        rows_kernel: bool = False,
+        dot: bool | None = None,  # the AVX-512-BF16 row kernel (None: ask cpu_gemm)
+    ):
         super().__init__()
         self.inner = inner
         self.in_features, self.out_features = inner.in_features, inner.out_features
         self.prompt_fp32 = prompt_fp32
         bf16 = isinstance(inner, nn.Linear) and inner.weight.dtype == torch.bfloat16
         self.rows_kernel = rows_kernel and bf16
-        self.dot = self.rows_kernel and dot_unavailable() is None
+        self.dot = self.rows_kernel and (dot_unavailable() is None if dot is None else dot)
         bias = inner.bias if self.rows_kernel else None
         self.bias32 = None if bias is None else bias.detach().float()  # the kernel's fp32 bias
 
@@ -207,13 +213,14 @@ def cpu_linears(model: nn.Module, prompt_fp32: bool, rows_kernel: bool) -> nn.Mo
         return model
     if rows_kernel:
         load_kernel()
+    dot = rows_kernel and dot_unavailable() is None  # once, not per layer
     targets = [
         (name, module)
         for name, module in model.named_modules()
         if isinstance(module, nn.Linear | WeightOnly)
     ]
     for name, module in targets:
-        model.set_submodule(name, CpuLinear(module, prompt_fp32, rows_kernel))
+        model.set_submodule(name, CpuLinear(module, prompt_fp32, rows_kernel, dot))
     return model
 
 
