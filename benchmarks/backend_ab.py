@@ -3,16 +3,17 @@
     python benchmarks/backend_ab.py                  # lean decode vs transformers' forward
     python benchmarks/backend_ab.py --flag pack_weights   # oneDNN-packed vs plain bf16 linears
     python benchmarks/backend_ab.py --flag rows_kernel    # AVX-512-BF16: our row kernel vs packed
+    python benchmarks/backend_ab.py --flag pad_decode     # packed one-row calls padded or not
     python benchmarks/backend_ab.py --setting xsum_greedy --prompts 4 --tokens 128
     python benchmarks/backend_ab.py --backend cpu_avx2    # AVX2-only CPUs: the row kernels
     python benchmarks/backend_ab.py --flag pack_weights --prefill --setting xsum_greedy
 
 One process, the paper regime's pair (bf16 1.5B target, int4 0.5B draft, `--backend`) loaded
 twice: once with `backend.<flag>=true`, once false (`lean_decode`: specbench.decoding.lean;
-`pack_weights`: specbench.kernels.PackedLinear). Per prompt, autoregressive and speculative
-sampling (K = 4) with the switch on and off, the four runs in a rotating order on the same seed
-(fixed length, so each pair of runs decodes the same number of tokens). Prints per method the
-paired ratio off / on of ms per token (geometric mean over prompts, 95% t interval on log
+`pack_weights`: specbench.kernels.PackedLinear; `pad_decode`: its one-row calls padded). Per
+prompt, autoregressive and speculative sampling (K = 4) with the switch on and off, the four
+runs in a rotating order on the same seed (fixed length, so each pair of runs decodes the same
+number of tokens). Prints per method the paired ratio off / on of ms per token (geometric mean over prompts, 95% t interval on log
 ratios, `specbench.stats`), and the speculative speedup over autoregressive either way.
 --prefill times each model's prompt instead (one cached forward over the whole prompt, target and
 draft, switch on and off, rotating order, 3 calls each, median), paired per prompt. Writes
@@ -40,7 +41,8 @@ from specbench.runner import to_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("autoregressive", "speculative")
-FLAGS = ("lean_decode", "pack_weights", "rows_kernel")  # backend switches (config.BackendConfig)
+# backend switches (config.BackendConfig)
+FLAGS = ("lean_decode", "pack_weights", "rows_kernel", "pad_decode")
 
 
 def load(setting: str, backend: str, prompts: int, tokens: int, flag: str):

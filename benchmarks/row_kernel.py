@@ -9,6 +9,7 @@ call so that both see the same machine state:
     python benchmarks/row_kernel.py --int4     # the int4 draft's shapes: torch's int4 vs ours
     python benchmarks/row_kernel.py --step     # every linear of one decode step, in order
     python benchmarks/row_kernel.py --dot --step   # AVX-512-BF16 CPUs: oneDNN packed vs ours
+    python benchmarks/row_kernel.py --pad --step   # oneDNN packed: one row as is vs padded
 
 Per shape, the same weight is called again and again, so a shape that fits the CPU's cache
 (everything but lm_head) runs from cache. --step calls every layer of a whole step (28 layers of
@@ -19,6 +20,8 @@ Target (issue 23): T(5)/T(1) <= 1.7 on the chosen kernel where eager bf16 has > 
 the "eager" column is torch's int4 kernel (`Int4Linear`), "kernel" specbench's (`Int4RowsLinear`).
 With --dot (CPUs with avx512_bf16) "eager" is oneDNN's packed bf16 linear (`PackedLinear`, what
 backend=cpu_bf16 runs) and "kernel" specbench's AVX-512-BF16 row kernel (`bf16_dot_linear`).
+With --pad both are packed; "kernel" runs a one-row call padded to kernels.PAD_ROWS rows
+(`backend.pad_decode`); only the M = 1 line differs.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ INT4_SHAPES = {  # Qwen2.5-0.5B's, the int4 draft
 }
 
 
-def layers(out_f: int, in_f: int, int4: bool, gen, dot: bool = False):
+def layers(out_f: int, in_f: int, int4: bool, gen, dot: bool = False, pad: bool = False):
     """(eager, kernel) callables on x for one shape: bf16 F.linear vs the bf16 row kernel,
-    torch's int4 layer vs specbench's, or (dot) oneDNN's packed bf16 vs the AVX-512-BF16 one."""
+    torch's int4 layer vs specbench's, (dot) oneDNN's packed bf16 vs the AVX-512-BF16 one, or
+    (pad) oneDNN's packed bf16 without and with one-row calls padded."""
     import torch
 
     from specbench.cpu_gemm import bf16_dot_linear, bf16_linear
@@ -63,6 +67,8 @@ def layers(out_f: int, in_f: int, int4: bool, gen, dot: bool = False):
         theirs, ours = Int4Linear(linear), Int4RowsLinear(linear)
         return theirs._int_forward, ours._int_forward
     weight = linear.weight.detach()
+    if pad:
+        return PackedLinear(weight), PackedLinear(weight, pad_one_row=True)
     if dot:
         return PackedLinear(weight), lambda x: bf16_dot_linear(x, weight).to(torch.bfloat16)
     return (
@@ -91,6 +97,7 @@ def main() -> None:
     parser.add_argument("--int4", action="store_true", help="the int4 draft's shapes and kernels")
     parser.add_argument("--step", action="store_true", help="all of one step's linears per call")
     parser.add_argument("--dot", action="store_true", help="oneDNN packed vs AVX-512-BF16 kernel")
+    parser.add_argument("--pad", action="store_true", help="oneDNN packed: one row padded or not")
     args = parser.parse_args()
     if args.avx2:
         from specbench.kernels import rerun_held_to_avx2
@@ -114,7 +121,7 @@ def main() -> None:
     if args.step:
         runs = {"step": INT4_STEP if args.int4 else STEP}
     for name, layer_shapes in runs.items():
-        calls = [(layers(o, i, args.int4, gen, args.dot), i) for o, i in layer_shapes]
+        calls = [(layers(o, i, args.int4, gen, args.dot, args.pad), i) for o, i in layer_shapes]
         first = None
         for rows in widths:
             xs = {i: torch.randn(rows, i, generator=gen).to(torch.bfloat16) for _, i in calls}

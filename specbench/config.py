@@ -140,6 +140,10 @@ class BackendConfig:
     # weight reordered once into oneDNN's layout (specbench.kernels.PackedLinear; ~2x faster
     # decode steps); elsewhere, or with another kernel choice, it does nothing
     pack_weights: bool = True
+    # packed weights: a one-row call (a decode step) runs as oneDNN's call on kernels.PAD_ROWS
+    # rows, row 0 kept: faster than its one-row call on Zen 4, and bitwise the rows of a
+    # scoring call (results/pad_decode_zen4)
+    pad_decode: bool = True
     device_map: str | None = None  # the target only: "auto" spreads it over GPUs (accelerate)
     tp_plan: str | None = None  # the target only: "auto" = transformers tensor parallel (torchrun)
     num_threads: int | None = None  # torch intra-op threads on CPU; None keeps torch's choice

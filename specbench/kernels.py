@@ -67,6 +67,7 @@ def rerun_held_to_avx2(script: str, argv: list[str]) -> None:
 
 PROMPT_ROWS = 8  # calls with more rows than this are prompts (prefill): fp32 under prompt_fp32
 PROMPT_BLOCK = 256  # prompt_fp32 upcasts this many weight rows at a time (<= 9 MB: cache-resident)
+PAD_ROWS = 4  # pad_decode: a packed one-row call runs as this many rows
 ROWS_MAX = 17  # rows_kernel: calls of up to this many rows (decode, scoring K+1 <= 17)
 AUTO_RATIO = 2.0  # cpu_auto keeps eager kernels while an eager bf16 T(K+1)/T(1) is at most this
 
@@ -173,32 +174,48 @@ def can_pack(backend: object) -> bool:
 
 class PackedLinear(nn.Module):
     """A bf16 linear layer whose weight is reordered once into oneDNN's blocked layout: the same
-    products as `F.linear`, without the per-call reorder that halves its streaming rate."""
+    products as `F.linear`, without the per-call reorder that halves its streaming rate.
+    `pad_one_row` (backend.pad_decode): a one-row call (a decode step) runs as a PAD_ROWS-row
+    call, row 0 kept: on Zen 4 faster than oneDNN's one-row call, and bitwise the row a
+    scoring call of 2..17 rows gives (oneDNN's one-row kernel sums in another order)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, rows: int = 5):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        rows: int = 5,
+        pad_one_row: bool = False,
+    ):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         # an opaque oneDNN tensor (not a buffer: state_dict and .to() cannot carry it); `rows`
         # only picks the layout, every width runs on it
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows)
         self.bias = None if bias is None else bias.detach()
+        self.pad_one_row = pad_one_row
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pad_one_row and x.shape[:-1].numel() == 1:
+            rows = x.new_zeros(PAD_ROWS, x.shape[-1])  # (PAD_ROWS, in), row 0 = x
+            rows[:1] = x.reshape(1, -1)
+            out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+            return out[:1].reshape(*x.shape[:-1], -1)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-def pack_linears(model: nn.Module) -> nn.Module:
+def pack_linears(model: nn.Module, pad_one_row: bool = False) -> nn.Module:
     """Pack every bf16 weight `model` multiplies by (in place): each nn.Linear becomes a
-    PackedLinear (a tied embedding keeps its own weight), and a weight-only layer's float copy
-    for prompts (`WeightOnly.dense`) moves into a PackedLinear (`WeightOnly.prompt`): the int4
-    draft's prefill 1.09x faster (results/pack_weights/prefill_xsum.csv)."""
+    PackedLinear (a tied embedding keeps its own weight; `pad_one_row` as PackedLinear's), and a
+    weight-only layer's float copy for prompts (`WeightOnly.dense`) moves into a PackedLinear
+    (`WeightOnly.prompt`): the int4 draft's prefill 1.09x faster
+    (results/pack_weights/prefill_xsum.csv)."""
     targets = [
         (name, module)
         for name, module in model.named_modules()
         if type(module) is nn.Linear and module.weight.dtype == torch.bfloat16
     ]
     for name, module in targets:
-        model.set_submodule(name, PackedLinear(module.weight, module.bias))
+        model.set_submodule(name, PackedLinear(module.weight, module.bias, pad_one_row=pad_one_row))
     for module in model.modules():
         dense = module.dense if isinstance(module, WeightOnly) else None
         if dense is not None and dense.dtype == torch.bfloat16 and dense.numel():

@@ -172,7 +172,7 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     model = model if backend.lean_decode else disable_lean(model)
     if can_pack(backend):
         lean_forward(model)  # fuses int4 projections from the float weights packing moves
-        model = pack_linears(model)
+        model = pack_linears(model, backend.pad_decode)
     return model
 
 

@@ -110,10 +110,11 @@ def options_column(options: Any) -> str:
 
 def job_records(job_dir: Path) -> pd.DataFrame:
     """A job's records; rows older than the task_options column get it from the job's config,
-    rows older than the lean decode path say they ran transformers' forward, and rows older than
-    packed weights that they ran plain F.linear."""
+    rows older than the lean decode path say they ran transformers' forward, rows older than
+    packed weights that they ran plain F.linear, and rows older than padded decode calls that
+    their one-row calls ran oneDNN's one-row kernel."""
     frame = pd.read_parquet(job_dir / RECORDS)
-    for flag in ("lean_decode", "pack_weights"):
+    for flag in ("lean_decode", "pack_weights", "pad_decode"):
         if flag not in frame:
             frame[flag] = False
     config = job_dir / JOB_CONFIG

@@ -86,6 +86,7 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "rows_kernel": job.backend.rows_kernel,
         "lean_decode": job.backend.lean_decode,
         "pack_weights": can_pack(job.backend),
+        "pad_decode": can_pack(job.backend) and job.backend.pad_decode,
         "device": job.backend.device,
         "dtype": job.target.torch_dtype_name(job.backend.dtype),
         "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",

@@ -24,14 +24,16 @@ from scipy import stats as sps
 # What two runs must share to be compared (those columns the records have).
 SETTING = [
     "experiment", "task", "prompt_format", "task_options", "sampling", "target", "dtype",
-    "backend", "lean_decode", "pack_weights", "max_new_tokens", "cpu_kind",
+    "backend", "lean_decode", "pack_weights", "pad_decode", "max_new_tokens", "cpu_kind",
 ]  # fmt: skip
 RUN = ["prompt_id", "repeat", "seed"]
 # A method's knobs: what tells apart its rows within one setting.
 KNOBS = ["method", "paired_with", "k", "n_drafts", "drafts_mode", "draft", "int4_kernel"]
 # How results are reported: one line per (condition, method, knobs); never pooled across CPUs,
 # backends or decode paths (eager and compiled kernels, lean and transformers' forward differ).
-CONDITION = ["task", "sampling", "cpu_kind", "backend", "lean_decode", "pack_weights"]
+CONDITION = [
+    "task", "sampling", "cpu_kind", "backend", "lean_decode", "pack_weights", "pad_decode",
+]  # fmt: skip
 MIN_INTERVAL_PROMPTS = 10  # fewer prompts: report the range, not an interval
 LEVEL = 0.95
 HEADLINE = "geometric mean over prompts, 95% t interval on log ratios"

@@ -32,6 +32,25 @@ def test_packed_linear_gives_f_linear_products(rows, bias):
 
 
 @needs_bf16
+@pytest.mark.parametrize("bias", [True, False])
+def test_padded_one_row_call_is_a_row_of_a_wider_call(bias):
+    """pad_one_row: a one-row call gives bitwise row 0 of F.linear on PAD_ROWS rows, and every
+    other width runs unchanged."""
+    from specbench.kernels import PAD_ROWS
+
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 160, bias=bias).to(torch.bfloat16)
+    packed = PackedLinear(linear.weight, linear.bias, pad_one_row=True)
+    x = torch.randn(1, 1, 96, dtype=torch.bfloat16)  # (1, 1, in)
+    wide = torch.cat([x[0], torch.zeros(PAD_ROWS - 1, 96, dtype=torch.bfloat16)])
+    out = packed(x)
+    assert out.shape == (1, 1, 160)
+    torch.testing.assert_close(out[0], linear(wide)[:1], rtol=0, atol=0)
+    x5 = torch.randn(1, 5, 96, dtype=torch.bfloat16)
+    torch.testing.assert_close(packed(x5), linear(x5), rtol=0, atol=0)
+
+
+@needs_bf16
 def test_packed_model_decodes_the_same_greedy_tokens():
     """A bf16 model loaded with packed weights: every linear packed (a tied embedding kept),
     greedy tokens identical to the plain load."""
@@ -39,6 +58,7 @@ def test_packed_model_decodes_the_same_greedy_tokens():
     plain = load_model(TINY, BackendConfig(name="cpu_bf16", dtype="bfloat16", pack_weights=False))
     packed = load_model(TINY, BF16)
     assert not any(isinstance(m, PackedLinear) for m in plain.modules())
+    assert all(m.pad_one_row for m in packed.modules() if isinstance(m, PackedLinear))
     assert not any(type(m) is nn.Linear for m in packed.modules())
     assert packed.get_input_embeddings().weight.dtype == torch.bfloat16
     seen = []  # the lean forward, built before packing, runs the packed head
