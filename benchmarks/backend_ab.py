@@ -9,12 +9,13 @@
     python benchmarks/backend_ab.py --flag pack_weights --prefill --setting xsum_greedy
 
 One process, the paper regime's pair (bf16 1.5B target, int4 0.5B draft, `--backend`) loaded
-twice: once with `backend.<flag>=true`, once false (`lean_decode`: specbench.decoding.lean;
-`pack_weights`: specbench.kernels.PackedLinear; `pad_decode`: its one-row calls padded). Per
-prompt, autoregressive and speculative sampling (K = 4) with the switch on and off, the four
-runs in a rotating order on the same seed (fixed length, so each pair of runs decodes the same
-number of tokens). Prints per method the paired ratio off / on of ms per token (geometric mean over prompts, 95% t interval on log
-ratios, `specbench.stats`), and the speculative speedup over autoregressive either way.
+twice (pad_decode: once, switched in place): once with `backend.<flag>=true`, once false
+(`lean_decode`: specbench.decoding.lean; `pack_weights`: specbench.kernels.PackedLinear;
+`pad_decode`: its one-row calls padded). Per prompt, autoregressive and speculative sampling (K
+= 4) with the switch on and off, the four runs in a rotating order on the same seed (fixed
+length, so each pair of runs decodes the same number of tokens). Prints per method the paired
+ratio off / on of ms per token (geometric mean over prompts, 95% t interval on log ratios,
+`specbench.stats`), and the speculative speedup over autoregressive either way.
 --prefill times each model's prompt instead (one cached forward over the whole prompt, target and
 draft, switch on and off, rotating order, 3 calls each, median), paired per prompt. Writes
 nothing unless --out is given (rows as CSV; the column `on` is the switch).
@@ -33,6 +34,7 @@ from hydra import compose, initialize_config_dir
 
 from specbench import stats
 from specbench.calibrate import prefill_ms
+from specbench.kernels import PackedLinear
 from specbench.methods.registry import register_configs
 from specbench.models import load_model
 from specbench.prepare import generate, prepare
@@ -43,6 +45,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("autoregressive", "speculative")
 # backend switches (config.BackendConfig)
 FLAGS = ("lean_decode", "pack_weights", "rows_kernel", "pad_decode")
+SWITCHED = ("pad_decode",)  # switched in place on one loaded pair: the same weights in memory
 
 
 def load(setting: str, backend: str, prompts: int, tokens: int, flag: str):
@@ -55,6 +58,9 @@ def load(setting: str, backend: str, prompts: int, tokens: int, flag: str):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         job = to_config(compose(config_name="config", overrides=overrides))
     prep = prepare(job)
+    if flag in SWITCHED:
+        pair = (load_model(job.target, job.backend), load_model(job.draft, job.backend))
+        return prep, {True: pair, False: pair}
     pairs = {}
     for on in (True, False):
         backend = replace(job.backend, **{flag: on})
@@ -62,18 +68,29 @@ def load(setting: str, backend: str, prompts: int, tokens: int, flag: str):
     return prep, pairs
 
 
-def run(prep, pairs, count: int, tokens: int) -> pd.DataFrame:
+def switch(pairs, flag: str, on: bool):
+    """The pair for `on`; a SWITCHED flag is set in place first (pad_decode: the target's
+    packed layers, the only ones load_model pads)."""
+    if flag == "pad_decode":
+        for module in pairs[on][0].modules():
+            if isinstance(module, PackedLinear):
+                module.pad_one_row = on
+    return pairs[on]
+
+
+def run(prep, pairs, count: int, tokens: int, flag: str) -> pd.DataFrame:
     """The first `count` prompts: switch on / off x 2 methods, rotating order, after one
     untimed warm-up pass of every variant on the first prompt."""
     variants = [(on, method) for on in (True, False) for method in METHODS]
     encoded = [prep.tokenizer(p.text, return_tensors="pt").input_ids for p in prep.prompts[:count]]
     for on, method in variants:
-        generate(method, prep, pairs[on], encoded[0], torch.Generator().manual_seed(0), tokens)
+        pair = switch(pairs, flag, on)
+        generate(method, prep, pair, encoded[0], torch.Generator().manual_seed(0), tokens)
     rows = []
     for index, (prompt, ids) in enumerate(zip(prep.prompts[:count], encoded, strict=True)):
         for on, method in variants[index % 4 :] + variants[: index % 4]:
             gen = torch.Generator().manual_seed(prep.seed(index, 0))
-            res = generate(method, prep, pairs[on], ids, gen, tokens)
+            res = generate(method, prep, switch(pairs, flag, on), ids, gen, tokens)
             draft_ms = 1e3 * res.draft_s / max(res.draft_calls, 1)
             rows.append({"prompt_id": prompt.id, "on": on, "method": method,
                          "ms_per_token": res.ms_per_token, "new_tokens": res.num_tokens,
@@ -159,7 +176,7 @@ def main() -> None:
         frame = run_prefill(prep, pairs, args.prompts)
         print(report_prefill(frame))
     else:
-        frame = run(prep, pairs, args.prompts, args.tokens)
+        frame = run(prep, pairs, args.prompts, args.tokens, args.flag)
         print(report(frame))
     if args.out:
         frame.assign(flag=args.flag, **provenance("cpu")).to_csv(args.out, index=False)
