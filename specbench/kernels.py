@@ -18,7 +18,9 @@ time. The levers, chosen per backend (conf/backend/cpu_avx2.yaml, cpu_compiled.y
 Where oneDNN has native bf16 (AVX-512-BF16, AMX), `pack_weights` reorders every bf16 linear's
 weight once into oneDNN's blocked layout (`PackedLinear`): the same products, but a decode step
 streams the weights at ~43 GB/s instead of ~25 (plain `F.linear` reorders per call); the 1.5B
-target's step 150 -> 73 ms on the Zen 5 EPYC, logits identical.
+target's step 150 -> 73 ms on the Zen 5 EPYC, logits identical. With `pad_decode` a packed
+one-row call runs as a PAD_ROWS-row call (row 0 kept): oneDNN's one-row kernel is the slower one
+on Zen 4 (the autoregressive baseline 1.126x faster padded, results/pad_decode_zen4).
 """
 
 from __future__ import annotations
