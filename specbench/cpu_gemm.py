@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 CSRC = ("bf16_gemm.cpp", "bf16_dot.cpp", "int4_decode.cpp")
 SOURCES = [Path(__file__).parent / "csrc" / name for name in CSRC]
+HEADERS = [Path(__file__).parent / "csrc" / "rows.h"]  # what the sources share
 NEEDS = ("avx2", "fma")  # the kernel's instructions
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # OpenMP: torch's own runtime (at::parallel_for)
 
@@ -46,7 +47,8 @@ def unavailable() -> str | None:
 
 def source_digest() -> str:
     """A short hash of the kernels' source: cached measurements of them are keyed by it."""
-    return hashlib.sha1(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
+    files = [*SOURCES, *HEADERS]
+    return hashlib.sha1(b"".join(src.read_bytes() for src in files)).hexdigest()[:12]
 
 
 @cache

@@ -25,14 +25,17 @@ from scipy import stats as sps
 SETTING = [
     "experiment", "task", "prompt_format", "task_options", "sampling", "target", "dtype",
     "backend", "lean_decode", "pack_weights", "pad_decode", "max_new_tokens", "cpu_kind",
+    "cpu_model",
 ]  # fmt: skip
 RUN = ["prompt_id", "repeat", "seed"]
 # A method's knobs: what tells apart its rows within one setting.
 KNOBS = ["method", "paired_with", "k", "n_drafts", "drafts_mode", "draft", "int4_kernel"]
-# How results are reported: one line per (condition, method, knobs); never pooled across CPUs,
-# backends or decode paths (eager and compiled kernels, lean and transformers' forward differ).
+# How results are reported: one line per (condition, method, knobs); never pooled across CPUs
+# (kinds, or generations of one kind: Zen 4 and Zen 5 speedups differ by 1.16x), backends or
+# decode paths (eager and compiled kernels, lean and transformers' forward differ).
 CONDITION = [
-    "task", "sampling", "cpu_kind", "backend", "lean_decode", "pack_weights", "pad_decode",
+    "task", "sampling", "cpu_kind", "cpu_model", "backend", "lean_decode", "pack_weights",
+    "pad_decode",
 ]  # fmt: skip
 MIN_INTERVAL_PROMPTS = 10  # fewer prompts: report the range, not an interval
 LEVEL = 0.95

@@ -12,28 +12,18 @@
 // two bf16 values are exact in fp32; vdpbf16ps rounds each sum to nearest even and flushes
 // denormals. Built with the rest of the extension (AVX2 flags): these functions carry their own
 // target attribute, and Python calls them only where the CPU has avx512_bf16.
-#include <ATen/Parallel.h>
-#include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
-#include <immintrin.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
+#include "rows.h"
 
 #define SPECBENCH_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
 namespace {
 
-constexpr int64_t PREFETCH = 16384;  // bf16 elements ahead of the load
+using specbench::bf16_to_float;
 
-inline float widen(uint16_t v) {
-  const uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
+constexpr int64_t PREFETCH = 16384;  // bf16 elements ahead of the load
 
 // R weight rows (n .. n+R) times MR rows of x (m0 ..): y[m, n + r]
 template <int R, int MR>
@@ -58,32 +48,26 @@ SPECBENCH_AVX512BF16 void dot_block(const uint16_t* x, const uint16_t* w, float*
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < MR; ++m) {
       float s = _mm512_reduce_add_ps(acc[r][m]);
-      for (int64_t k = K32; k < K; ++k) s += widen(w[(n + r) * K + k]) * widen(x[(m0 + m) * K + k]);
+      for (int64_t k = K32; k < K; ++k)
+        s += bf16_to_float(w[(n + r) * K + k]) * bf16_to_float(x[(m0 + m) * K + k]);
       y[(m0 + m) * N + n + r] = s;
     }
 }
 
 // R weight rows times all M rows of x, MAXM rows of x per register block
 template <int R, int MAXM>
-SPECBENCH_AVX512BF16 void dot_rows(const uint16_t* x, const uint16_t* w, float* y, int64_t M,
-                                   int64_t K, int64_t N, int64_t n) {
-  for (int64_t m0 = 0; m0 < M; m0 += MAXM) {
-    switch (std::min<int64_t>(M - m0, MAXM)) {
-#define CASE(c) case c: if constexpr (c <= MAXM) dot_block<R, c>(x, w, y, K, N, n, m0); break;
-      CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
-#undef CASE
-    }
-  }
+void dot_rows(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
+              int64_t n) {
+  specbench::for_x_rows<MAXM>(M, [&](auto mr, int64_t m0) {
+    dot_block<R, decltype(mr)::value>(x, w, y, K, N, n, m0);
+  });
 }
 
 }  // namespace
 
 // x: (M, K) bf16 contiguous; weight: (N, K) bf16 contiguous; returns (M, N) fp32
 at::Tensor bf16_dot_linear(const at::Tensor& x, const at::Tensor& weight) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.is_contiguous(), "x: (M, K) bf16");
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous(),
-              "weight: (N, K) bf16");
-  TORCH_CHECK(x.size(1) == weight.size(1), "x and weight disagree on K");
+  specbench::check_linear(x, at::kBFloat16, weight);
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   auto y = at::empty({M, N}, x.options().dtype(at::kFloat));
   const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
@@ -91,14 +75,14 @@ at::Tensor bf16_dot_linear(const at::Tensor& x, const at::Tensor& weight) {
   float* yp = y.data_ptr<float>();
   // 8 weight rows for one row of x, else 3 rows of weight x up to 6 rows of x (18 of the 32
   // registers accumulate)
-  const int64_t R = M == 1 ? 8 : 3, blocks = N / R;
-  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      if (R == 8) dot_rows<8, 1>(xp, wp, yp, M, K, N, b * 8);
-      else dot_rows<3, 6>(xp, wp, yp, M, K, N, b * 3);
-    }
-  });
-  for (int64_t n = blocks * R; n < N; ++n) dot_rows<1, 6>(xp, wp, yp, M, K, N, n);
+  if (M == 1)
+    specbench::for_weight_rows<8>(N, [&](int64_t n, auto r) {
+      dot_rows<decltype(r)::value, 1>(xp, wp, yp, M, K, N, n);
+    });
+  else
+    specbench::for_weight_rows<3>(N, [&](int64_t n, auto r) {
+      dot_rows<decltype(r)::value, 6>(xp, wp, yp, M, K, N, n);
+    });
   return y;
 }
 

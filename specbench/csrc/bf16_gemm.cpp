@@ -10,33 +10,18 @@
 // many rows are in the call (batch invariant). int4_linear does the same for
 // group-quantized 4-bit weights (the int4 draft), where torch's own int4 kernel is
 // compute-bound on AVX2 (~5 GB/s of weights).
-#include <ATen/Parallel.h>
-#include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
-#include <immintrin.h>
 
-#include <algorithm>
-#include <cstdint>
 #include <cmath>
-#include <cstring>
 #include <vector>
+
+#include "rows.h"
 
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float bf16_to_float(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
+using specbench::bf16_to_float;
+using specbench::hsum;
 
 // 16 bf16 -> their even elements (0, 2, .., 14) and odd ones (1, 3, .., 15) as fp32, without a
 // shuffle: each 32-bit lane holds an even bf16 in its low half and an odd one in its high half.
@@ -101,13 +86,9 @@ void block(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N, in
 template <int R, int MAXM>
 void rows(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
           int64_t n) {
-  for (int64_t m0 = 0; m0 < M; m0 += MAXM) {
-    switch (std::min<int64_t>(M - m0, MAXM)) {
-#define CASE(c) case c: if constexpr (c <= MAXM) block<R, c>(x, w, y, K, N, n, m0); break;
-      CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
-#undef CASE
-    }
-  }
+  specbench::for_x_rows<MAXM>(M, [&](auto mr, int64_t m0) {
+    block<R, decltype(mr)::value>(x, w, y, K, N, n, m0);
+  });
 }
 
 // int4 weights, groups of 32 inputs: w[n, 32 g + j] = q * scale[n, g] + low[n, g], with
@@ -177,13 +158,9 @@ void int4_rows(const int8_t* xq, const float* dx, const float* xsum, const uint8
                const float* scale, const float* low, float* y, int64_t M, int64_t K, int64_t N,
                int64_t n) {
   constexpr int MAXM = R == 2 ? 4 : 8;  // accumulators + codes + scales in 16 registers
-  for (int64_t m0 = 0; m0 < M; m0 += MAXM) {
-    switch (std::min<int64_t>(M - m0, MAXM)) {
-#define CASE(c) case c: if constexpr (c <= MAXM) int4_block<R, c>(xq, dx, xsum, w, scale, low, y, K, N, n, m0); break;
-      CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-#undef CASE
-    }
-  }
+  specbench::for_x_rows<MAXM>(M, [&](auto mr, int64_t m0) {
+    int4_block<R, decltype(mr)::value>(xq, dx, xsum, w, scale, low, y, K, N, n, m0);
+  });
 }
 
 // Each 32-value group of x -> int8 codes xq and a scale dx (x ~= xq * dx), and its exact sum
@@ -202,10 +179,7 @@ void quantize_rows(const float* x, int64_t groups, int8_t* xq, float* dx, float*
 
 // x: (M, K) fp32 contiguous; weight: (N, K) bf16 contiguous; returns (M, N) fp32
 at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: (M, K) fp32");
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous(),
-              "weight: (N, K) bf16");
-  TORCH_CHECK(x.size(1) == weight.size(1), "x and weight disagree on K");
+  specbench::check_linear(x, at::kFloat, weight);
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   auto y = at::empty({M, N}, x.options());
   const std::vector<float> xs = split_even_odd(x.data_ptr<float>(), M, K);
@@ -214,14 +188,14 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight) {
   float* yp = y.data_ptr<float>();
   // 4 weight rows for one row of x (4 independent accumulators), else 2 with up to 6 rows of
   // x per register block (12 accumulators)
-  const int64_t R = M == 1 ? 4 : 2, blocks = N / R;
-  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      if (R == 4) rows<4, 1>(xp, wp, yp, M, K, N, b * 4);
-      else rows<2, 6>(xp, wp, yp, M, K, N, b * 2);
-    }
-  });
-  for (int64_t n = blocks * R; n < N; ++n) rows<1, 6>(xp, wp, yp, M, K, N, n);
+  if (M == 1)
+    specbench::for_weight_rows<4>(N, [&](int64_t n, auto r) {
+      rows<decltype(r)::value, 1>(xp, wp, yp, M, K, N, n);
+    });
+  else
+    specbench::for_weight_rows<2>(N, [&](int64_t n, auto r) {
+      rows<decltype(r)::value, 6>(xp, wp, yp, M, K, N, n);
+    });
   return y;
 }
 
@@ -246,16 +220,13 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const float *sp = scale.data_ptr<float>(), *lp = low.data_ptr<float>();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
-  const int64_t R = M <= 4 ? 2 : 1, blocks = N / R;  // weight rows per block
   const int8_t* xqp = xq.data();
   const float *dxp = dx.data(), *xsp = xsum.data();
-  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      if (R == 2) int4_rows<2>(xqp, dxp, xsp, wp, sp, lp, yp, M, K, N, b * 2);
-      else int4_rows<1>(xqp, dxp, xsp, wp, sp, lp, yp, M, K, N, b);
-    }
-  });
-  for (int64_t n = blocks * R; n < N; ++n) int4_rows<1>(xqp, dxp, xsp, wp, sp, lp, yp, M, K, N, n);
+  const auto weight_rows = [&](int64_t n, auto r) {
+    int4_rows<decltype(r)::value>(xqp, dxp, xsp, wp, sp, lp, yp, M, K, N, n);
+  };
+  if (M <= 4) specbench::for_weight_rows<2>(N, weight_rows);  // 2 weight rows per block
+  else specbench::for_weight_rows<1>(N, weight_rows);
   return y;
 }
 

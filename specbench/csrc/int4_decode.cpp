@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "rows.h"
+
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
                        const at::Tensor& low);  // bf16_gemm.cpp
 
@@ -59,10 +61,7 @@ inline float dot_bf16(const float* a, const c10::BFloat16* b, int64_t D) {
     const __m256 wb = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
     acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), wb, acc);
   }
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+  return specbench::hsum(acc);
 }
 
 // One query head over positions 0..L-1 of its kv head: out = softmax(q.k * scaling) @ v
