@@ -15,8 +15,8 @@ from ..methods import annotate
 
 QUALITY = ("rouge2", "passed")  # XSum ROUGE-2 F, HumanEval pass@1: their means per group
 LEGACY_DEFAULTS = {
-    "cpu_kind": "unrecorded", "cpu_model": "unrecorded", "prompt_format": "raw", "task_options": "", "n_drafts": 1,
-    "drafts_mode": "", "draft": "",
+    "cpu_kind": "unrecorded", "cpu_model": "unrecorded", "prompt_format": "raw",
+    "task_options": "", "n_drafts": 1, "drafts_mode": "", "draft": "",
 }  # fmt: skip
 
 
