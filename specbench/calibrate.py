@@ -180,7 +180,7 @@ def costs_key(job: SpecBenchConfig) -> str:
                     backend.prompt_fp32 and f"blocks of {PROMPT_BLOCK}",
                     backend.rows_kernel and source_digest(), backend.lean_decode,
                     int4_kernel(job) == "rows" and source_digest(),
-                    can_pack(backend)],
+                    can_pack(backend), can_pack(backend) and backend.pad_decode],
         "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],
         "widths": [max(job.decoder.ks()), profile.max_k, profile.alpha_prompts,
                    alpha_tokens(job), profile.cost_repeats, job.bench.seed],
