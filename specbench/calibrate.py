@@ -30,7 +30,7 @@ import torch
 from .analysis.theory import expected_speedup, expected_tokens_per_loop
 from .config import ConfigError, SpecBenchConfig
 from .decoding.common import CachedLM, Clock, GenerationResult, model_device, static_cache_len
-from .kernels import PROMPT_BLOCK, can_pack
+from .kernels import PROMPT_BLOCK, can_pack, pads_decode
 from .methods import Generate, method
 from .packaged import cache_root
 from .prepare import Prepared, bind, encode, warm_kernels
@@ -180,7 +180,7 @@ def costs_key(job: SpecBenchConfig) -> str:
                     backend.prompt_fp32 and f"blocks of {PROMPT_BLOCK}",
                     backend.rows_kernel and source_digest(), backend.lean_decode,
                     int4_kernel(job) == "rows" and source_digest(),
-                    can_pack(backend), can_pack(backend) and backend.pad_decode],
+                    can_pack(backend), pads_decode(backend)],
         "setting": [job.task.name, job.task.prompt_format, job.sampling.name, job.max_new_tokens],
         "widths": [max(job.decoder.ks()), profile.max_k, profile.alpha_prompts,
                    alpha_tokens(job), profile.cost_repeats, job.bench.seed],

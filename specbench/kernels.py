@@ -195,14 +195,24 @@ class PackedLinear(nn.Module):
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows)
         self.bias = None if bias is None else bias.detach()
         self.pad_one_row = pad_one_row
+        # (PAD_ROWS, in): a padded call writes x into row 0; the other rows stay zero (reused:
+        # allocating and zeroing it per call cost ~1 ms of a decode step)
+        self.rows = weight.new_zeros(PAD_ROWS, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.pad_one_row and x.shape[:-1].numel() == 1:
-            rows = x.new_zeros(PAD_ROWS, x.shape[-1])  # (PAD_ROWS, in), row 0 = x
-            rows[:1] = x.reshape(1, -1)
-            out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
-            return out[:1].reshape(*x.shape[:-1], -1)
+            self.rows[0].copy_(x.reshape(-1))
+            return self.linear(self.rows)[:1].reshape(*x.shape[:-1], -1)
+        return self.linear(x)
+
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        """oneDNN's linear on the packed weight, as wide as x."""
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def pads_decode(backend: object) -> bool:
+    """Whether load_model's packed layers pad one-row calls (what rows and caches record)."""
+    return can_pack(backend) and backend.pad_decode
 
 
 def pack_linears(model: nn.Module, pad_one_row: bool = False) -> nn.Module:

@@ -18,7 +18,7 @@ from . import stats
 from .audit import run_audit
 from .calibrate import run_calibrate
 from .config import ConfigError, SpecBenchConfig
-from .kernels import can_pack
+from .kernels import can_pack, pads_decode
 from .models import ModelPool
 from .prepare import Prepared, prepare, resolve_kernels, start_engines
 from .profile import run_profile
@@ -86,7 +86,7 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "rows_kernel": job.backend.rows_kernel,
         "lean_decode": job.backend.lean_decode,
         "pack_weights": can_pack(job.backend),
-        "pad_decode": can_pack(job.backend) and job.backend.pad_decode,
+        "pad_decode": pads_decode(job.backend),
         "device": job.backend.device,
         "dtype": job.target.torch_dtype_name(job.backend.dtype),
         "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",
