@@ -9,7 +9,7 @@ import torch
 from conftest import run_cli
 
 from specbench import SamplingParams, autoregressive_generate, kernels, speculative_generate
-from specbench.calibrate import Costs, alpha_tokens, expected_length, predict, verdict
+from specbench.calibrate import Costs, alpha_tokens, expected_lengths, predict, verdict
 from specbench.config_measure import ProfileConfig
 from specbench.decoding.common import GenerationResult
 from specbench.kernels import (
@@ -107,7 +107,7 @@ def costs(target_ms, draft_ms=2.0, prefill=(0.0, 0.0), alpha=0.8):
 
 def test_prediction_is_thm_3_8_without_prefill():
     """No prefill: the wall prediction is Thm 3.8's (1 - a^(K+1)) / ((1 - a)(K c + s))."""
-    row = predict(costs({1: 10.0, 2: 11.0, 3: 12.0}), k=2, tokens=100)
+    row = predict(costs({1: 10.0, 2: 11.0, 3: 12.0}), k=2, lengths=[100])
     expected = (1 - 0.8**3) / (1 - 0.8) / (2 * 0.2 + 1.2)
     assert row["scoring_cost"] == pytest.approx(1.2)
     assert row["predicted_speedup"] == pytest.approx(expected)
@@ -117,12 +117,19 @@ def test_prediction_is_thm_3_8_without_prefill():
 
 def test_prediction_extrapolates_and_counts_prefill():
     c = costs({1: 10.0, 2: 12.0}, prefill=(500.0, 100.0))
-    row = predict(c, k=3, tokens=50)  # T(4) = 12 + 2 * 2: extrapolated
+    row = predict(c, k=3, lengths=[50])  # T(4) = 12 + 2 * 2: extrapolated
     assert not row["scoring_measured"] and row["scoring_cost"] == pytest.approx(1.6)
-    loops = 50 / ((1 - 0.8**4) / 0.2)
-    ar, sps = 500 + 50 * 10, 600 + loops * (3 * 2 + 16)
-    assert row["predicted_speedup"] == pytest.approx(ar / sps)
+    per_loop = (1 - 0.8**4) / 0.2
+
+    def ratio(n):
+        return (500 + n * 10) / (600 + n / per_loop * (3 * 2 + 16))
+
+    assert row["predicted_speedup"] == pytest.approx(ratio(50))
     assert row["predicted_speedup"] < row["decode_speedup"]  # prefill dilutes it
+    # prompts of several lengths: the geometric mean of their ratios, as the runs report it,
+    # below the ratio at their mean length (short completions are mostly prefill)
+    spread = predict(c, k=3, lengths=[10, 90])["predicted_speedup"]
+    assert spread == pytest.approx((ratio(10) * ratio(90)) ** 0.5) and spread < ratio(50)
 
 
 def test_completions_that_stop_early_set_the_predicted_length():
@@ -130,11 +137,11 @@ def test_completions_that_stop_early_set_the_predicted_length():
     at the run's per-token stop rate, up to the budget; with no stop seen, the whole budget."""
     stopped = GenerationResult(tokens=[1] * 20, wall_s=1.0, target_calls=5, stopped_by="eos")
     cut = GenerationResult(tokens=[1] * 48, wall_s=1.0, target_calls=12)
-    assert expected_length([stopped], 128) == 20 and expected_length([cut], 128) == 128
+    assert expected_lengths([stopped], 128) == [20] and expected_lengths([cut], 128) == [128]
     rate = 1 / 68  # one stop in 20 + 48 tokens
     tail = (1 - (1 - rate) ** 80) / rate
-    assert expected_length([stopped, cut], 128) == pytest.approx((20 + 48 + tail) / 2)
-    assert 20 < expected_length([stopped, cut], 128) < (20 + 128) / 2
+    assert expected_lengths([stopped, cut], 128) == pytest.approx([20, 48 + tail])
+    assert 48 < expected_lengths([stopped, cut], 128)[1] < 128
 
 
 def test_alpha_run_covers_the_jobs_budget_unless_told():
@@ -148,10 +155,10 @@ def test_alpha_run_covers_the_jobs_budget_unless_told():
 
 
 def test_verdict_says_what_to_try_when_slower():
-    rows = [predict(costs({1: 10.0, 5: 37.0}, draft_ms=2.5), k, 128) for k in (4,)]
+    rows = [predict(costs({1: 10.0, 5: 37.0}, draft_ms=2.5), k, [128]) for k in (4,)]
     text = verdict(rows, 4, "cpu_bf16")
     assert "SLOWER" in text and "3.7 target steps" in text and "backend=cpu_auto" in text
-    fast = [predict(costs({1: 10.0, 5: 9.3}), 4, 128)]
+    fast = [predict(costs({1: 10.0, 5: 9.3}), 4, [128])]
     assert "SLOWER" not in verdict(fast, 4, "cpu_bf16")
 
 
