@@ -14,8 +14,8 @@ completion length from the alpha run: a completion cut at the run's length goes 
 per-token stop rate of all the run's completions (a geometric tail, censored at the budget).
 Short completions carry more of the prefill per token, which the decode loop does not speed
 up, so the predicted speedup is what the runs report: the geometric mean over prompts of the
-per-prompt ratio AR / SpS, one N per prompt (at the mean N it read 2.00x for HumanEval on Zen 4
-where the runs measured 1.73x; over the 8 prompts' own lengths, 1.80x).
+per-prompt ratio AR / SpS, one N per prompt (the ratio at the mean N over-predicted HumanEval
+by 16% on Zen 4: results/calibrate_zen4_pad/README.md).
 """
 
 from __future__ import annotations
