@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from . import stats
 from .analysis.theory import expected_speedup, expected_tokens_per_loop
 from .config import ConfigError, SpecBenchConfig
 from .decoding.common import CachedLM, Clock, GenerationResult, model_device, static_cache_len
@@ -84,7 +85,7 @@ def predict(costs: Costs, k: int, lengths: Sequence[float]) -> dict[str, Any]:
         "k": k, "target_step_ms": step, "draft_step_ms": costs.draft_ms, "scoring_cost": s,
         "scoring_measured": measured, "c": c, "alpha": costs.alpha,
         "decode_speedup": float(expected_speedup(costs.alpha, k, c, s)),
-        "predicted_speedup": math.exp(sum(logs) / len(logs)),
+        "predicted_speedup": float(stats.ratio_interval(logs)["ratio"]),  # the runs' headline
     }  # fmt: skip
 
 
