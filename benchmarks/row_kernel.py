@@ -89,6 +89,14 @@ def timed_pair(eager, kernel, calls: int) -> tuple[float, float]:
     return tuple(1e3 * sorted(t)[len(t) // 2] for t in times.values())  # type: ignore[return-value]
 
 
+def widths_arg(text: str) -> tuple[int, ...]:
+    """Call widths from "1,5,6,7"; argparse turns the ValueError into one usage line."""
+    widths = tuple(int(m) for m in text.split(","))
+    if min(widths) < 1:
+        raise ValueError(text)
+    return widths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avx2", action="store_true", help="restrict torch to AVX2 kernels")
@@ -98,6 +106,9 @@ def main() -> None:
     parser.add_argument("--step", action="store_true", help="all of one step's linears per call")
     parser.add_argument("--dot", action="store_true", help="oneDNN packed vs AVX-512-BF16 kernel")
     parser.add_argument("--pad", action="store_true", help="oneDNN packed: one row padded or not")
+    parser.add_argument(
+        "--rows", type=widths_arg, help="call widths, e.g. 1,5,6,7 (default: 1,2,3,5,9,17)"
+    )
     args = parser.parse_args()
     if args.avx2:
         from specbench.kernels import rerun_held_to_avx2
@@ -117,6 +128,7 @@ def main() -> None:
           f" {'eager T(M)/T(1)':>16} {'kernel T(M)/T(1)':>17}")  # fmt: skip
     gen = torch.Generator().manual_seed(0)
     shapes, widths = (INT4_SHAPES, INT4_ROWS) if args.int4 else (SHAPES, ROWS)
+    widths = args.rows or widths
     runs = {name: [shape] for name, shape in shapes.items()}  # name -> the layers of one call
     if args.step:
         runs = {"step": INT4_STEP if args.int4 else STEP}
