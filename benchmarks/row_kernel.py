@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--dot", action="store_true", help="oneDNN packed vs AVX-512-BF16 kernel")
     parser.add_argument("--pad", action="store_true", help="oneDNN packed: one row padded or not")
     parser.add_argument(
-        "--rows", type=widths_arg, help="call widths, e.g. 1,5,6,7 (default: 1,2,3,5,9,17)"
+        "--rows", type=widths_arg, help="call widths, e.g. 1,5,6,7 (default: ROWS, or INT4_ROWS)"
     )
     args = parser.parse_args()
     if args.avx2:
