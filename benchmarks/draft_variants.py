@@ -11,7 +11,8 @@ One process, one target (bf16, never modified) and every draft variant loaded si
    continuations (teacher forcing: one forward per model per prompt), per paper setting.
 3. speedup: speculative at each K against one autoregressive run per prompt, on the same prompt
    and seed, methods in rotating order (paired ratios of ms/token).
-Writes latency.csv, acceptance.csv, speedup.csv and table.csv under --out; prints the table.
+Also each model's prefill of a few prompts (a fresh cache each). Writes latency.csv, prefill.csv,
+acceptance.csv, speedup.csv and table.csv under --out; prints the table.
 """
 
 from __future__ import annotations
@@ -39,17 +40,43 @@ from specbench.sampling import expected_acceptance, logits_to_probs, next_token
 CONF = Path(__file__).resolve().parents[1] / "conf"
 VARIANTS = {  # name -> the draft ModelConfig fields it sets (all of them: the experiments'
     # default draft is already a variant, so nothing may be inherited from it)
-    "bf16": {"quantize": "none", "quantize_group": 32, "draft_vocab": None},
-    "int8": {"quantize": "int8", "quantize_group": 32, "draft_vocab": None},
-    "int4": {"quantize": "int4", "quantize_group": 32, "draft_vocab": None},
-    "int4+vocab64k": {"quantize": "int4", "quantize_group": 32, "draft_vocab": 65536},
-    "int4+vocab32k": {"quantize": "int4", "quantize_group": 32, "draft_vocab": 32768},
-    "int4g128": {"quantize": "int4", "quantize_group": 128, "draft_vocab": None},
-    "int4g128+vocab64k": {"quantize": "int4", "quantize_group": 128, "draft_vocab": 65536},
+    "bf16": {"quantize": "none", "quantize_group": 32, "draft_vocab": None, "prompt_int8": False},
+    "int8": {"quantize": "int8", "quantize_group": 32, "draft_vocab": None, "prompt_int8": False},
+    "int4": {"quantize": "int4", "quantize_group": 32, "draft_vocab": None, "prompt_int8": False},
+    "int4+vocab64k": {
+        "quantize": "int4",
+        "quantize_group": 32,
+        "draft_vocab": 65536,
+        "prompt_int8": False,
+    },
+    "int4+vocab32k": {
+        "quantize": "int4",
+        "quantize_group": 32,
+        "draft_vocab": 32768,
+        "prompt_int8": False,
+    },
+    "int4g128": {
+        "quantize": "int4",
+        "quantize_group": 128,
+        "draft_vocab": None,
+        "prompt_int8": False,
+    },
+    "int4g128+vocab64k": {
+        "quantize": "int4",
+        "quantize_group": 128,
+        "draft_vocab": 65536,
+        "prompt_int8": False,
+    },
     # the int4 draft on aten's int4 kernel (activations kept in the model's dtype) instead of
     # specbench's row kernel (activations rounded to int8 per group; one C++ call a step)
-    "int4torch": {"quantize": "int4", "quantize_group": 32, "draft_vocab": None},
+    "int4torch": {
+        "quantize": "int4",
+        "quantize_group": 32,
+        "draft_vocab": None,
+        "prompt_int8": False,
+    },
 }
+VARIANTS["int4+prompt8"] = VARIANTS["int4"] | {"prompt_int8": True}  # int8 GEMMs for the prefill
 BACKENDS = {"int4torch": {"int4_kernel": "torch"}}  # variants' backend fields
 COMPILED = ("int4",)  # variants also timed compiled (static cache + torch.compile), with the target
 STATIC_LEN = 1024  # static cache positions for the compiled steps
@@ -106,6 +133,23 @@ def latency(lms: dict[str, CachedLM], prefix: torch.Tensor, settings: dict, roun
             for what, q, sample in cases:
                 for ms in step_ms(lm, token, q, 5, sample) if r >= 0 else []:
                     rows.append({"model": name, "what": what, "round": r, "ms": ms})
+    return rows
+
+
+def prefill(models: dict, prompts: list[torch.Tensor], rounds: int) -> list:
+    """Rows (model, prompt_tokens, round, ms): each prompt prefilled into a fresh cache, every
+    model in turn per round (round -1 warms up, not recorded)."""
+    rows = []
+    for r in range(-1, rounds):
+        for ids in prompts:
+            for name, model in models.items():
+                start = time.perf_counter()
+                CachedLM(model).forward(ids, keep=1)
+                ms = 1e3 * (time.perf_counter() - start)
+                if r >= 0:
+                    rows.append(
+                        {"model": name, "prompt_tokens": ids.shape[1], "round": r, "ms": ms}
+                    )
     return rows
 
 
@@ -232,7 +276,10 @@ def main() -> None:
         lms = cached_models(target, drafts) if args.compile else {}
         lms = lms or {"target": CachedLM(target)} | {n: CachedLM(m) for n, m in drafts.items()}
         lat = pd.DataFrame(latency(lms, prefix, params, args.rounds))
+        prompts = [encode(p, i) for p in preps.values() for i in range(min(2, args.prompts))]
+        pre = pd.DataFrame(prefill({"target": target} | drafts, prompts, args.rounds))
     print(lat.groupby(["model", "what"]).ms.median().unstack().round(2), flush=True)
+    print(pre.groupby(["model", "prompt_tokens"]).ms.median().unstack().round(1), flush=True)
     acc = pd.DataFrame(
         [r for s, p in preps.items() for r in acceptance(target, drafts, p, s, gen_seed=1000)]
     )
@@ -249,7 +296,7 @@ def main() -> None:
             )
         ]
     )
-    for name, frame in [("latency", lat), ("acceptance", acc), ("speedup", spd)]:
+    for name, frame in [("latency", lat), ("prefill", pre), ("acceptance", acc), ("speedup", spd)]:
         if len(frame):
             write_table(args.out / f"{name}.csv", frame.assign(**meta))
     summary = table(lat, acc, spd)

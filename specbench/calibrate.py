@@ -184,7 +184,8 @@ def costs_key(job: SpecBenchConfig) -> str:
     backend, profile = job.backend, job.profile
     parts = {
         "cpu": cpu_columns(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "models": [(m.name, m.source, m.quantize, m.torch_dtype_name(backend.dtype))
+        "models": [(m.name, m.source, m.quantize, m.quantize_group, m.draft_vocab,
+                    m.prompt_int8, m.torch_dtype_name(backend.dtype))
                    for m in (job.target, job.draft)],
         "backend": [backend.name, backend.compile, backend.static_cache,
                     backend.prompt_fp32 and f"blocks of {PROMPT_BLOCK}",

@@ -71,6 +71,9 @@ class ModelConfig:
     # Drafts only: propose among this many token ids (the lowest ids plus every special token;
     # specbench.draft_vocab), a narrower lm_head. null = the whole vocabulary.
     draft_vocab: int | None = None
+    # Drafts with quantize int8/int4 only: a prompt's prefill on int8 weights and activations
+    # (quantize.Int8Prompt) instead of the float copy; rounds the draft's prompt cache.
+    prompt_int8: bool = False
     tiny: TinySpec = field(default_factory=TinySpec)
     shape: dict[str, Any] = field(default_factory=dict)  # loader=shape: config fields to change
 
@@ -99,6 +102,11 @@ class ModelConfig:
         _require(
             self.draft_vocab is None or self.draft_vocab >= 1,
             f"model {self.name!r}: draft_vocab must be >= 1 token ids (or null for all)",
+        )
+        _require(
+            not self.prompt_int8 or self.quantize != "none",
+            f"model {self.name!r}: prompt_int8 moves a weight-only layer's prefill weights to "
+            "int8; set quantize=int4 (or int8) too, or prompt_int8=false",
         )
 
     def torch_dtype_name(self, backend_dtype: str) -> str:
@@ -304,6 +312,11 @@ class SpecBenchConfig:
             self.target.draft_vocab is None,
             "target.draft_vocab narrows what a model proposes; on the target it would change "
             "the law being sampled. Set it on the draft (draft.draft_vocab=N) or leave it null",
+        )
+        _require(
+            not self.target.prompt_int8,
+            "target.prompt_int8 rounds the prompt's activations to int8; on the target it would "
+            "change the law being sampled. Set it on the draft (draft.prompt_int8=true)",
         )
 
     @property

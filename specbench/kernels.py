@@ -144,7 +144,8 @@ class CpuLinear(nn.Module):
                 out = bf16_linear(x2d.float(), weight)
             out = out if self.bias32 is None else out + self.bias32
             return out.reshape(*x.shape[:-1], -1).to(x.dtype)
-        if self.prompt_fp32 and x.dtype != torch.float32 and rows > PROMPT_ROWS:
+        upcast = self.prompt_fp32 and x.dtype != torch.float32 and rows > PROMPT_ROWS
+        if upcast and self.float_weight().numel():  # (an int8 prompt layer has none)
             out = fp32_linear(x.reshape(rows, -1).float(), self.float_weight(), bias)
             return out.reshape(*x.shape[:-1], -1).to(x.dtype)
         return self.inner(x)

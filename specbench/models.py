@@ -15,7 +15,7 @@ from .decoding.lean import disable_lean, lean_forward
 from .draft_vocab import narrow_vocab
 from .kernels import can_pack, cpu_linears, pack_linears
 from .packaged import PACKAGED, locate_parts, lookup, materialize
-from .quantize import int4_rows, quantize_linears
+from .quantize import int4_rows, int8_prompts, quantize_linears
 from .shapes import lookup_shape, shape_model
 from .tiny import byte_tokenizer, perturbed_copy, tiny_model
 
@@ -170,8 +170,11 @@ def load_model(cfg: ModelConfig, backend: BackendConfig) -> torch.nn.Module:
     model = quantize_linears(model, cfg.quantize, rows, cfg.quantize_group)
     model = cpu_linears(model, backend.prompt_fp32, backend.rows_kernel).eval()
     model = model if backend.lean_decode else disable_lean(model)
+    if can_pack(backend) or cfg.prompt_int8:
+        lean_forward(model)  # fuses int4 projections from the float weights these move
+    if cfg.prompt_int8:
+        model = int8_prompts(model)
     if can_pack(backend):
-        lean_forward(model)  # fuses int4 projections from the float weights packing moves
         model = pack_linears(model, backend.pad_decode)
     return model
 

@@ -90,6 +90,7 @@ def job_columns(job: SpecBenchConfig, override: str, uses_draft: bool) -> dict[s
         "device": job.backend.device,
         "dtype": job.target.torch_dtype_name(job.backend.dtype),
         "draft_dtype": job.draft.torch_dtype_name(job.backend.dtype) if uses_draft else "",
+        "draft_prompt_int8": job.draft.prompt_int8 if uses_draft else False,
         "task": job.task.name,
         "prompt_format": job.task.prompt_format,
         "task_options": options_column(job.task.options),

@@ -29,7 +29,10 @@ SETTING = [
 ]  # fmt: skip
 RUN = ["prompt_id", "repeat", "seed"]
 # A method's knobs: what tells apart its rows within one setting.
-KNOBS = ["method", "paired_with", "k", "n_drafts", "drafts_mode", "draft", "int4_kernel"]
+KNOBS = [
+    "method", "paired_with", "k", "n_drafts", "drafts_mode", "draft", "int4_kernel",
+    "draft_prompt_int8",
+]  # fmt: skip
 # How results are reported: one line per (condition, method, knobs); never pooled across CPUs
 # (kinds, or generations of one kind: Zen 4 and Zen 5 speedups differ by 1.16x), backends or
 # decode paths (eager and compiled kernels, lean and transformers' forward differ).

@@ -8,13 +8,14 @@ from stats_helpers import chi2_pvalue
 from test_exactness import PROMPT, M, V, exact_joint
 
 from specbench import SamplingParams, autoregressive_generate, speculative_generate
-from specbench.config import BackendConfig, ConfigError, ModelConfig, TinySpec
+from specbench.config import BackendConfig, ConfigError, ModelConfig, SpecBenchConfig, TinySpec
 from specbench.decoding.lean import LeanForward
 from specbench.models import load_model
 from specbench.quantize import (
     DENSE_TOKENS,
     Int4Linear,
     Int8Linear,
+    Int8Prompt,
     int4_grid,
     quantizable,
     quantize_linears,
@@ -138,3 +139,37 @@ def test_quantize_group_is_a_model_config_knob():
         ModelConfig(name="d", loader="tiny", quantize="int4", quantize_group=48)
     with pytest.raises(ValueError, match="row kernel takes groups of 32"):
         quantize_linears(tiny_model("qwen2", hidden=128), "int4", rows_kernel=True, group=128)
+
+
+def test_int8_prompt_layer_is_close_to_the_float_layer():
+    torch.manual_seed(3)
+    linear = torch.nn.Linear(64, 96, bias=True).to(torch.bfloat16)
+    x = torch.randn(1, 40, 64, dtype=torch.bfloat16)  # (batch, prompt tokens, in)
+    out, ref = Int8Prompt(linear.weight, linear.bias)(x), linear(x)
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16
+    assert (out.float() - ref.float()).norm() / ref.float().norm() < 0.02
+
+
+def test_prompt_int8_moves_prefill_to_int8_and_leaves_decode_and_the_law():
+    tiny = TinySpec(family="qwen2", hidden=64, seed=7)
+    backend = BackendConfig(dtype="float32")
+    target = load_model(ModelConfig(name="t", loader="tiny", tiny=tiny), backend)
+    cfg = ModelConfig(name="d", loader="tiny", tiny=tiny, quantize="int8", prompt_int8=True)
+    draft = load_model(cfg, backend)
+    layers = [m for m in draft.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(isinstance(m.prompt, Int8Prompt) and not m.dense.numel() for m in layers)
+    ids = torch.randint(0, 200, (1, DENSE_TOKENS + 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = torch.stack([draft(ids).logits.ravel(), target(ids).logits.ravel()])
+    assert torch.corrcoef(logits)[0, 1] > 0.99  # the same weights, int8-rounded
+    assert greedy_parity(target, draft)  # the draft only moves acceptance
+
+
+def test_prompt_int8_is_refused_on_the_target_and_without_quantize():
+    with pytest.raises(ConfigError, match="set quantize=int4"):
+        ModelConfig(name="d", loader="tiny", prompt_int8=True)
+    with pytest.raises(ConfigError, match="target.prompt_int8"):
+        SpecBenchConfig(
+            target=ModelConfig(name="t", loader="tiny", quantize="int4", prompt_int8=True),
+            draft=ModelConfig(name="d", loader="tiny"),
+        )
