@@ -38,45 +38,21 @@ from specbench.runner import to_config
 from specbench.sampling import expected_acceptance, logits_to_probs, next_token
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
+INT4 = {"quantize": "int4", "quantize_group": 32, "draft_vocab": None, "prompt_int8": False}
 VARIANTS = {  # name -> the draft ModelConfig fields it sets (all of them: the experiments'
     # default draft is already a variant, so nothing may be inherited from it)
-    "bf16": {"quantize": "none", "quantize_group": 32, "draft_vocab": None, "prompt_int8": False},
-    "int8": {"quantize": "int8", "quantize_group": 32, "draft_vocab": None, "prompt_int8": False},
-    "int4": {"quantize": "int4", "quantize_group": 32, "draft_vocab": None, "prompt_int8": False},
-    "int4+vocab64k": {
-        "quantize": "int4",
-        "quantize_group": 32,
-        "draft_vocab": 65536,
-        "prompt_int8": False,
-    },
-    "int4+vocab32k": {
-        "quantize": "int4",
-        "quantize_group": 32,
-        "draft_vocab": 32768,
-        "prompt_int8": False,
-    },
-    "int4g128": {
-        "quantize": "int4",
-        "quantize_group": 128,
-        "draft_vocab": None,
-        "prompt_int8": False,
-    },
-    "int4g128+vocab64k": {
-        "quantize": "int4",
-        "quantize_group": 128,
-        "draft_vocab": 65536,
-        "prompt_int8": False,
-    },
+    "bf16": INT4 | {"quantize": "none"},
+    "int8": INT4 | {"quantize": "int8"},
+    "int4": INT4,
+    "int4+vocab64k": INT4 | {"draft_vocab": 65536},
+    "int4+vocab32k": INT4 | {"draft_vocab": 32768},
+    "int4g128": INT4 | {"quantize_group": 128},
+    "int4g128+vocab64k": INT4 | {"quantize_group": 128, "draft_vocab": 65536},
     # the int4 draft on aten's int4 kernel (activations kept in the model's dtype) instead of
     # specbench's row kernel (activations rounded to int8 per group; one C++ call a step)
-    "int4torch": {
-        "quantize": "int4",
-        "quantize_group": 32,
-        "draft_vocab": None,
-        "prompt_int8": False,
-    },
+    "int4torch": INT4,
+    "int4+prompt8": INT4 | {"prompt_int8": True},  # the prefill on int8 GEMMs
 }
-VARIANTS["int4+prompt8"] = VARIANTS["int4"] | {"prompt_int8": True}  # int8 GEMMs for the prefill
 BACKENDS = {"int4torch": {"int4_kernel": "torch"}}  # variants' backend fields
 COMPILED = ("int4",)  # variants also timed compiled (static cache + torch.compile), with the target
 STATIC_LEN = 1024  # static cache positions for the compiled steps

@@ -71,9 +71,10 @@ class Int8Linear(WeightOnly):
 
 class Int8Prompt(nn.Module):
     """A prompt-width linear on int8 weights and activations (W8A8: one scale per output
-    channel, one per token; torch._int_mm, VNNI on x86): the draft's prefill 1.5-1.9x faster
-    than a packed bf16 GEMM at 150-600 rows (Zen 4). Rounds the draft's activations, so drafts
-    only (`ModelConfig.prompt_int8`): speculative output stays the target's law."""
+    channel, one per token; torch._int_mm, VNNI on x86): the GEMM 1.4-2.0x faster than packed
+    bf16 at 109-600 rows on Zen 4, the draft's whole prefill 0.85-0.99x the time
+    (results/draft_prompt_int8_zen4). Rounds the draft's activations, so drafts only
+    (`ModelConfig.prompt_int8`): speculative output stays the target's law."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
