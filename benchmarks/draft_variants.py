@@ -2,6 +2,8 @@
 
     python benchmarks/draft_variants.py                      # all variants, writes the table
     python benchmarks/draft_variants.py --variants bf16,int4 --speedup-prompts 0   # quick look
+    python benchmarks/draft_variants.py --variants int4,int4+prompt8 --backend cpu_avx2 \
+        --speedup-prompts 0 --no-compile      # AVX2-only CPUs: the draft's prefill, fp32 vs int8
 
 One process, one target (bf16, never modified) and every draft variant loaded side by side:
 1. latency: cached one-token decode steps, variants and target interleaved round by round;
@@ -59,10 +61,12 @@ STATIC_LEN = 1024  # static cache positions for the compiled steps
 SETTINGS = ("paper_xsum_greedy", "paper_xsum_nucleus", "paper_humaneval")  # paper experiments
 
 
-def prepared(experiment: str, prompts: int, tokens: int) -> Prepared:
-    """The experiment's job (pair, task, sampling), fixed-length, `prompts` prompts."""
+def prepared(experiment: str, prompts: int, tokens: int, backend: str | None = None) -> Prepared:
+    """The experiment's job (pair, task, sampling), fixed-length, `prompts` prompts; `backend`
+    replaces the experiment's (conf/backend/<name>.yaml)."""
     overrides = [f"+experiment={experiment}", "hydra.mode=RUN", f"bench.num_prompts={prompts}"]
     overrides += [f"bench.max_new_tokens={tokens}", "bench.fixed_length=true"]
+    overrides += [f"backend={backend}"] if backend else []
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return prepare(to_config(compose(config_name="config", overrides=overrides)))
 
@@ -224,6 +228,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--speedup-variants", default="bf16,int4")
     parser.add_argument("--ks", default="2,4,6")
     parser.add_argument(
+        "--backend",
+        help="conf/backend name for both models (default: the experiments' own); "
+        "cpu_avx2 on AVX2-only CPUs",
+    )
+    parser.add_argument(
         "--no-compile",
         dest="compile",
         action="store_false",
@@ -237,7 +246,7 @@ def main() -> None:
     args = parse_args()
     register_configs()
     meta = provenance("cpu") | {"tokens": args.tokens, "prompts": args.prompts}  # before any work
-    preps = {s: prepared(s, args.prompts, args.tokens) for s in SETTINGS}
+    preps = {s: prepared(s, args.prompts, args.tokens, args.backend) for s in SETTINGS}
     job = preps[SETTINGS[0]].job
     with torch.inference_mode():
         target = load_model(job.target, job.backend)
@@ -268,7 +277,7 @@ def main() -> None:
             for s in SETTINGS
             if args.speedup_prompts
             for row in speedup(
-                target, chosen, prepared(s, args.speedup_prompts, args.tokens), s, ks
+                target, chosen, prepared(s, args.speedup_prompts, args.tokens, args.backend), s, ks
             )
         ]
     )
